@@ -1,0 +1,39 @@
+# The two commands users need:
+#   make train   set up (first time only) and run a local training on Pong
+#   make test    set up (first time only), lint and run the whole test suite
+# Everything else is a convenience. Set-up is scripts/setup.sh; it reruns only when
+# requirements.txt or the script changed, or .venv is gone.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+# Extra flags for experiment.py, e.g. make train ARGS="--level_name=BreakoutNoFrameskip-v4"
+ARGS ?=
+# Extra arguments for pytest, e.g. make test PYTEST_ARGS="-k vtrace"
+PYTEST_ARGS ?=
+
+.PHONY: setup train test lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt scripts/setup.sh
+	bash scripts/setup.sh
+	touch $@
+
+train: $(STAMP)
+	$(PY) experiment.py $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

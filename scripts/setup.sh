@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# One-command set-up of everything the project needs on a Debian 12 machine:
+#   1. Debian packages (Open MPI, tmux, SSH, a C++ toolchain and CMake for Horovod);
+#   2. a virtual environment in .venv with the exact stack from requirements.txt;
+#   3. Horovod compiled against that TensorFlow with MPI support, the wheel cached outside the
+#      clone (keyed by every version that affects the binary) so later set-ups skip the compile;
+#   4. a check that Horovod really has TensorFlow and MPI support, failing loudly if not.
+# Idempotent and quick when already done: the Makefile only calls it when requirements.txt or
+# this script changed, or .venv is missing.
+#
+# Environment:
+#   PYTHON            interpreter for the venv (default: python3; must be 3.9-3.12 for TF 2.18)
+#   IMPALA_CACHE_DIR  where built Horovod wheels are kept (default: ~/.cache/impala-horovod)
+#   TF_PACKAGE        the TensorFlow distribution (default: tensorflow-cpu; on GPU hosts
+#                     "tensorflow[and-cuda]"); the version always comes from requirements.txt
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+REQUIREMENTS=$ROOT/requirements.txt
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+PYTHON=${PYTHON:-python3}
+CACHE_DIR=${IMPALA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/impala-horovod}
+TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu}
+APT_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev tmux openssh-client openssh-server
+              procps)
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+pip_quietly() {  # pip_quietly ARGS...: pip with its output in a log, shown only if it fails
+  local log=$VENV/pip.log
+  if ! "$PY" -m pip --disable-pip-version-check "$@" >"$log" 2>&1; then
+    grep -v "^WARNING: Location" "$log" | tail -n 30 >&2
+    die "pip $* failed; full log: $log"
+  fi
+}
+
+pin_of() {  # pin_of NAME -> the exact version requirements.txt pins for NAME
+  local v
+  v=$(sed -n "s/^$1==\([^[:space:]#]*\).*/\1/p" "$REQUIREMENTS")
+  [[ -n $v ]] || die "requirements.txt has no exact pin for $1"
+  printf '%s' "$v"
+}
+
+install_debian_packages() {
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]} == 0)) && return
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || die "missing Debian packages (${missing[*]}) and no sudo: install them as root"
+    sudo=(sudo)
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+create_venv() {
+  if [[ -x $PY ]] && "$PY" -c 'import sys' 2>/dev/null; then return; fi
+  command -v "$PYTHON" >/dev/null || die "no '$PYTHON' on PATH (set PYTHON=/path/to/python3.11)"
+  "$PYTHON" - <<'PYCHECK' || die "$PYTHON is not Python 3.9-3.12, which TensorFlow 2.18 needs (set PYTHON=...)"
+import sys
+sys.exit(0 if (3, 9) <= sys.version_info[:2] <= (3, 12) else 1)
+PYCHECK
+  say "creating $VENV with $("$PYTHON" --version)"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+}
+
+install_python_packages() {
+  say "installing the pinned stack from requirements.txt"
+  pip_quietly install "pip==$(pin_of pip)"
+  # Horovod is built in a second step, against the TensorFlow installed here.
+  local reqs
+  reqs=$(mktemp)
+  grep -v -E '^(horovod|tensorflow-cpu)==' "$REQUIREMENTS" >"$reqs"
+  echo "$TF_PACKAGE==$(pin_of tensorflow-cpu)" >>"$reqs"
+  pip_quietly install -r "$reqs"
+  rm -f "$reqs"
+}
+
+horovod_wheel() {  # builds (or finds) the cached Horovod wheel and prints its path
+  local hvd tf pytag mpi key dir
+  hvd=$(pin_of horovod)
+  tf=$(pin_of tensorflow-cpu)
+  pytag=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  mpi=$(mpirun --version 2>/dev/null | head -n1 | grep -oE '[0-9]+(\.[0-9]+)+' | head -n1)
+  [[ -n $mpi ]] || die "mpirun not found or unreadable: Open MPI (openmpi-bin) is required"
+  key="horovod-$hvd-tf$tf-$TF_PACKAGE-$pytag-$(uname -m)-openmpi$mpi"
+  key=${key//[^A-Za-z0-9._-]/_}
+  dir=$CACHE_DIR/$key
+  if ! compgen -G "$dir/horovod-*.whl" >/dev/null; then
+    say "building Horovod $hvd against TensorFlow $tf with MPI (takes ~5 minutes on 2 cores)"
+    mkdir -p "$CACHE_DIR"
+    local tmp log
+    tmp=$(mktemp -d "$CACHE_DIR/.build.XXXXXX")
+    log=$CACHE_DIR/$key.build.log
+    # CMAKE_POLICY_VERSION_MINIMUM lets a CMake 4 build Horovod's bundled gloo (harmless on 3.25).
+    if ! HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
+        HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 \
+        MAKEFLAGS="-j$(nproc)" \
+        "$PY" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps \
+        --no-cache-dir -w "$tmp" "horovod==$hvd" >"$log" 2>&1; then
+      rm -rf "$tmp"
+      grep -v "^WARNING: Location" "$log" | tail -n 30 >&2
+      die "Horovod build failed; full log: $log"
+    fi
+    # Move into place only when complete, so an interrupted build never looks cached.
+    rm -rf "$dir"
+    mv "$tmp" "$dir"
+  fi
+  compgen -G "$dir/horovod-*.whl" | head -n1
+}
+
+install_horovod() {
+  local want have wheel
+  want=$(pin_of horovod)
+  have=$("$PY" -m pip show horovod 2>/dev/null | sed -n 's/^Version: //p' || true)
+  if [[ $have == "$want" ]] && check_horovod quiet; then return; fi
+  wheel=$(horovod_wheel)
+  say "installing $(basename "$wheel")"
+  pip_quietly install --no-deps --force-reinstall "$wheel"
+}
+
+check_horovod() {  # fails, naming the missing piece, unless Horovod has TensorFlow and MPI
+  local out
+  out=$("$PY" - 2>&1 <<'PYCHECK'
+# Importing horovod.tensorflow loads the compiled TensorFlow ops: it fails if they were not built.
+import horovod
+import horovod.tensorflow as hvd
+if not hvd.mpi_built():
+    raise SystemExit("Horovod was built without MPI support (is libopenmpi-dev installed?)")
+print("Horovod", horovod.__version__, "with TensorFlow and MPI")
+PYCHECK
+  ) || { [[ ${1:-} == quiet ]] && return 1; printf '%s\n' "$out" >&2
+         die "Horovod is not usable; rebuild with: rm -rf '$CACHE_DIR' && make setup"; }
+  [[ ${1:-} == quiet ]] || say "$(tail -n1 <<<"$out")"
+}
+
+main() {
+  install_debian_packages
+  create_venv
+  install_python_packages
+  install_horovod
+  check_horovod
+  "$PY" -m pip check >/dev/null || { "$PY" -m pip check >&2; die "inconsistent packages in .venv"; }
+  say "ready: $VENV"
+}
+
+main "$@"
