@@ -1,0 +1,181 @@
+"""Concrete agents and the name -> class registry used by `--agent_name`."""
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import sonnet as snt
+import tensorflow as tf
+
+from networks.base import Agent, AgentInput, AgentOutput, AgentState
+from networks.torsos import DQNTorso, MLPTorso, PolicyBaselineHead, ResNetTorso, ShallowTorso
+
+
+def _to_tensors(inputs: AgentInput) -> AgentInput:
+    # snt.merge_leading_dims silently passes non-tensors (e.g. numpy arrays) through unchanged.
+    return tf.nest.map_structure(tf.convert_to_tensor, inputs)
+
+
+def _batch_apply(fn: Callable[[tf.Tensor], Any], x: tf.Tensor, num_dims: int) -> Any:
+    """Applies `fn` (which expects [N, ...]) to `x` [D1, ..., Dnum_dims, ...], keeping dims."""
+    outputs = fn(snt.merge_leading_dims(x, num_dims))
+    return tf.nest.map_structure(lambda y: snt.split_leading_dim(y, x, num_dims), outputs)
+
+
+class FeedForwardAgent(Agent):
+    """Stateless agent: torso on the observation, then policy/baseline heads.
+
+    Ignores `prev_action`, `reward` and `done`; its state is always `()`.
+    """
+
+    def __init__(self, num_actions: int, name: str | None = None):
+        super().__init__(num_actions, name=name)
+        self._torso = self._make_torso()
+        self._head = PolicyBaselineHead(num_actions)
+
+    @abc.abstractmethod
+    def _make_torso(self) -> snt.Module:
+        """Returns a module mapping observations [N, ...] to features [N, H]."""
+
+    def __call__(self, inputs: AgentInput, state: AgentState) -> tuple[AgentOutput, AgentState]:
+        inputs = _to_tensors(inputs)
+        return self._head(self._torso(inputs.observation)), state
+
+    def unroll(self, inputs: AgentInput, state: AgentState) -> tuple[AgentOutput, AgentState]:
+        # No time dependence, so one big [T * B] batch is both correct and fastest.
+        inputs = _to_tensors(inputs)
+        return _batch_apply(lambda obs: self._head(self._torso(obs)), inputs.observation, 2), state
+
+
+class SimpleConvNetAgent(FeedForwardAgent):
+    """Nature-DQN conv torso (fc 512) with policy and baseline heads; uint8 frames in."""
+
+    def _make_torso(self) -> snt.Module:
+        return DQNTorso()
+
+
+class ShallowConvNetAgent(FeedForwardAgent):
+    """IMPALA shallow conv torso (fc 256) with policy and baseline heads; uint8 frames in."""
+
+    def _make_torso(self) -> snt.Module:
+        return ShallowTorso()
+
+
+class ResNetAgent(FeedForwardAgent):
+    """IMPALA deep ResNet torso (fc 256) with policy and baseline heads; uint8 frames in."""
+
+    def _make_torso(self) -> snt.Module:
+        return ResNetTorso()
+
+
+class MLPAgent(FeedForwardAgent):
+    """2x64 tanh MLP with policy and baseline heads; float vector observations [B, D] in."""
+
+    def _make_torso(self) -> snt.Module:
+        return MLPTorso(hidden_sizes=(64, 64))
+
+
+def _reset_where(done: tf.Tensor, state: AgentState, initial_state: AgentState) -> AgentState:
+    """Replaces `state` by `initial_state` in the batch rows where `done` [B] is True."""
+
+    def reset(current: tf.Tensor, initial: tf.Tensor) -> tf.Tensor:
+        mask = tf.reshape(done, [-1] + [1] * (current.shape.rank - 1))
+        return tf.where(mask, initial, current)
+
+    return tf.nest.map_structure(reset, state, initial_state)
+
+
+class ResettingCore(snt.RNNCore):
+    """Wraps an RNN core so that its state is reset at episode boundaries.
+
+    Takes `(core_input [B, F], done [B])` per step; rows with `done` start from the wrapped
+    core's initial state, so one unroll can span several episodes.
+    """
+
+    def __init__(self, core: snt.RNNCore, name: str | None = None):
+        super().__init__(name=name)
+        self._core = core
+
+    def initial_state(self, batch_size: int | tf.Tensor) -> AgentState:
+        return self._core.initial_state(batch_size)
+
+    def __call__(
+        self, inputs: tuple[tf.Tensor, tf.Tensor], prev_state: AgentState
+    ) -> tuple[tf.Tensor, AgentState]:
+        """Maps `(core_input [B, F], done [B])` and the previous state to ([B, H], new state)."""
+        core_input, done = inputs
+        initial_state = self._core.initial_state(tf.shape(done)[0])
+        return self._core(core_input, _reset_where(done, prev_state, initial_state))
+
+
+class ResNetLSTMAgent(Agent):
+    """IMPALA deep ResNet torso, then an LSTM(256) fed with the torso output, one-hot previous
+    action and clipped reward, then policy and baseline heads. State: `snt.LSTMState`.
+    """
+
+    def __init__(self, num_actions: int, name: str | None = None):
+        super().__init__(num_actions, name=name)
+        self._torso = ResNetTorso()
+        self._core = ResettingCore(snt.LSTM(256))
+        self._head = PolicyBaselineHead(num_actions)
+
+    @property
+    def is_recurrent(self) -> bool:
+        return True
+
+    def initial_state(self, batch_size: int) -> snt.LSTMState:
+        """Returns zero LSTM state: hidden and cell, each float32 [batch_size, 256]."""
+        return self._core.initial_state(batch_size)
+
+    def _core_input(self, inputs: AgentInput, num_dims: int) -> tf.Tensor:
+        """Maps inputs with `num_dims` leading dims ([B] or [T, B]) to [..., 256 + A + 1]."""
+        features = _batch_apply(self._torso, inputs.observation, num_dims)
+        prev_action = tf.one_hot(inputs.prev_action, self.num_actions, dtype=tf.float32)
+        # As in the paper: the LSTM sees the (clipped) reward and the action that led here.
+        reward = tf.clip_by_value(tf.cast(inputs.reward, tf.float32), -1.0, 1.0)
+        return tf.concat([features, prev_action, reward[..., None]], axis=-1)
+
+    def __call__(
+        self, inputs: AgentInput, state: snt.LSTMState
+    ) -> tuple[AgentOutput, snt.LSTMState]:
+        inputs = _to_tensors(inputs)
+        core_output, state = self._core((self._core_input(inputs, 1), inputs.done), state)
+        return self._head(core_output), state
+
+    def unroll(self, inputs: AgentInput, state: snt.LSTMState) -> tuple[AgentOutput, snt.LSTMState]:
+        # The torso and heads are time-independent, so they run on one [T * B] batch; only
+        # the LSTM steps through time.
+        inputs = _to_tensors(inputs)
+        core_input = self._core_input(inputs, 2)
+        # A Python loop (static T) lets XLA/grappler see the whole unroll; a while loop is
+        # only needed when T is unknown at trace time.
+        unroll_fn = snt.static_unroll if core_input.shape[0] is not None else snt.dynamic_unroll
+        core_output, state = unroll_fn(self._core, (core_input, inputs.done), state)
+        return _batch_apply(self._head, core_output, 2), state
+
+
+AGENTS: dict[str, type[Agent]] = {
+    cls.__name__: cls
+    for cls in (
+        SimpleConvNetAgent,
+        ShallowConvNetAgent,
+        ResNetAgent,
+        ResNetLSTMAgent,
+        MLPAgent,
+    )
+}
+
+
+def make_agent(agent_name: str, num_actions: int) -> Agent:
+    """Builds the agent registered as `agent_name` (case-insensitive) in `AGENTS`.
+
+    Raises:
+        ValueError: If `agent_name` is not a key of `AGENTS` (ignoring case).
+    """
+    by_lower_name = {name.lower(): cls for name, cls in AGENTS.items()}
+    cls = by_lower_name.get(agent_name.lower())
+    if cls is None:
+        raise ValueError(
+            f"Unknown --agent_name={agent_name!r}; valid choices: {', '.join(AGENTS)}."
+        )
+    return cls(num_actions)

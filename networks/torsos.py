@@ -1,0 +1,154 @@
+"""Feature extractors ("torsos") and the shared policy/baseline head.
+
+Torsos map a batch of observations [N, ...] to features [N, H]; they have no time dimension.
+Agents merge [T, B] into N = T * B to run a torso over a whole unroll at once.
+"""
+
+import sonnet as snt
+import tensorflow as tf
+
+from networks.base import AgentOutput
+
+
+def scale_pixels(observation: tf.Tensor) -> tf.Tensor:
+    """Maps raw pixel values in [0, 255] (any dtype, usually uint8) to float32 in [0, 1].
+
+    Done inside the network so that actors can ship compact uint8 frames.
+    """
+    return tf.cast(observation, tf.float32) / 255.0
+
+
+class DQNTorso(snt.Module):
+    """Nature-DQN torso (Mnih et al. 2015): 3 VALID convs with ReLU, then fc 512 ReLU.
+
+    Maps raw pixels [N, H, W, C] to features [N, 512].
+    """
+
+    def __init__(self, name: str | None = None):
+        super().__init__(name=name)
+        self._convs = [
+            snt.Conv2D(32, 8, stride=4, padding="VALID", name="conv_0"),
+            snt.Conv2D(64, 4, stride=2, padding="VALID", name="conv_1"),
+            snt.Conv2D(64, 3, stride=1, padding="VALID", name="conv_2"),
+        ]
+        self._linear = snt.Linear(512)
+
+    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+        x = scale_pixels(observation)
+        for conv in self._convs:
+            x = tf.nn.relu(conv(x))
+        return tf.nn.relu(self._linear(snt.Flatten()(x)))
+
+
+class ShallowTorso(snt.Module):
+    """Shallow torso of the IMPALA paper (Fig. 3 left): 2 VALID convs with ReLU, fc 256 ReLU.
+
+    Maps raw pixels [N, H, W, C] to features [N, 256].
+    """
+
+    def __init__(self, name: str | None = None):
+        super().__init__(name=name)
+        self._convs = [
+            snt.Conv2D(16, 8, stride=4, padding="VALID", name="conv_0"),
+            snt.Conv2D(32, 4, stride=2, padding="VALID", name="conv_1"),
+        ]
+        self._linear = snt.Linear(256)
+
+    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+        x = scale_pixels(observation)
+        for conv in self._convs:
+            x = tf.nn.relu(conv(x))
+        return tf.nn.relu(self._linear(snt.Flatten()(x)))
+
+
+class ResidualBlock(snt.Module):
+    """Pre-activation residual block: x + conv(relu(conv(relu(x)))), 3x3 SAME convs.
+
+    Maps [N, H, W, C] to [N, H, W, C]; C must equal `num_channels`.
+    """
+
+    def __init__(self, num_channels: int, name: str | None = None):
+        super().__init__(name=name)
+        self._conv_0 = snt.Conv2D(num_channels, 3, stride=1, padding="SAME", name="conv_0")
+        self._conv_1 = snt.Conv2D(num_channels, 3, stride=1, padding="SAME", name="conv_1")
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        y = self._conv_0(tf.nn.relu(x))
+        y = self._conv_1(tf.nn.relu(y))
+        return x + y
+
+
+class ResNetSection(snt.Module):
+    """One section of the IMPALA ResNet: conv 3x3, max-pool 3x3 stride 2, residual blocks.
+
+    Maps [N, H, W, C] to [N, ceil(H/2), ceil(W/2), num_channels].
+    """
+
+    def __init__(self, num_channels: int, num_blocks: int = 2, name: str | None = None):
+        super().__init__(name=name)
+        self._conv = snt.Conv2D(num_channels, 3, stride=1, padding="SAME", name="conv")
+        self._blocks = [ResidualBlock(num_channels, name=f"block_{i}") for i in range(num_blocks)]
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        x = self._conv(x)
+        x = tf.nn.max_pool2d(x, ksize=3, strides=2, padding="SAME")
+        for block in self._blocks:
+            x = block(x)
+        return x
+
+
+class ResNetTorso(snt.Module):
+    """Deep torso of the IMPALA paper (Fig. 3 right): sections of 16, 32, 32 channels.
+
+    Maps raw pixels [N, H, W, C] to features [N, 256].
+    """
+
+    def __init__(self, channels: tuple[int, ...] = (16, 32, 32), name: str | None = None):
+        super().__init__(name=name)
+        self._sections = [ResNetSection(c, name=f"section_{i}") for i, c in enumerate(channels)]
+        self._linear = snt.Linear(256)
+
+    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+        x = scale_pixels(observation)
+        for section in self._sections:
+            x = section(x)
+        x = snt.Flatten()(tf.nn.relu(x))
+        return tf.nn.relu(self._linear(x))
+
+
+class MLPTorso(snt.Module):
+    """Tanh MLP for low-dimensional vector observations (classic control).
+
+    Maps observations [N, ...] (any numeric dtype, flattened) to features [N, hidden_sizes[-1]].
+    """
+
+    def __init__(self, hidden_sizes: tuple[int, ...] = (64, 64), name: str | None = None):
+        super().__init__(name=name)
+        self._layers = [snt.Linear(size, name=f"linear_{i}") for i, size in enumerate(hidden_sizes)]
+
+    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+        x = snt.Flatten()(tf.cast(observation, tf.float32))
+        for layer in self._layers:
+            # tanh keeps features bounded for unnormalised inputs (e.g. CartPole velocities).
+            x = tf.tanh(layer(x))
+        return x
+
+
+class PolicyBaselineHead(snt.Module):
+    """Linear policy logits and linear state-value baseline on top of features [N, H]."""
+
+    def __init__(self, num_actions: int, name: str | None = None):
+        super().__init__(name=name)
+        # Small policy weights make the initial policy near-uniform, so early actors explore
+        # and early importance weights stay close to 1.
+        self._policy = snt.Linear(
+            num_actions, w_init=snt.initializers.VarianceScaling(scale=0.01), name="policy"
+        )
+        self._baseline = snt.Linear(1, name="baseline")
+
+    def __call__(self, features: tf.Tensor) -> AgentOutput:
+        """Maps features [N, H] to logits [N, num_actions] and baseline [N]."""
+        return AgentOutput(
+            policy_logits=self._policy(features),
+            baseline=tf.squeeze(self._baseline(features), axis=-1),
+        )
