@@ -1,0 +1,275 @@
+"""The learner's maths: the IMPALA loss on a batch of unrolls and one optimisation step.
+
+Shapes follow `actor.Unroll`, batched along axis 1: a batch is `[T + 1, B, ...]`, where B counts
+environment trajectories. The loss terms are sums over time and batch, as in the IMPALA paper's
+code, so the paper's learning rates apply unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import sonnet as snt
+import tensorflow as tf
+
+import networks
+import vtrace
+
+REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Hyperparameters of the IMPALA loss and its optimiser; defaults are the paper's Atari ones."""
+
+    batch_size: int = 32
+    unroll_length: int = 20
+    discounting: float = 0.99
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    reward_clipping: str = "abs_one"
+    gradients_clipping: float = 40.0  # global norm; negative (or 0) turns clipping off
+    learning_rate: float = 0.0006
+    decay: float = 0.99
+    momentum: float = 0.0
+    epsilon: float = 0.01
+    total_environment_frames: int = 200_000_000  # the learning rate anneals to 0 over this
+
+    def __post_init__(self):
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
+        _require(self.unroll_length >= 1, "unroll_length", self.unroll_length, "must be at least 1")
+        _require(
+            0.0 <= self.discounting <= 1.0, "discounting", self.discounting, "must be in [0, 1]"
+        )
+        _require(self.baseline_cost >= 0, "baseline_cost", self.baseline_cost, "must be >= 0")
+        _require(self.entropy_cost >= 0, "entropy_cost", self.entropy_cost, "must be >= 0")
+        _require(
+            self.reward_clipping in REWARD_CLIPPING_CHOICES,
+            "reward_clipping",
+            self.reward_clipping,
+            f"must be one of {', '.join(REWARD_CLIPPING_CHOICES)}",
+        )
+        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+        _require(0.0 <= self.decay < 1.0, "decay", self.decay, "must be in [0, 1)")
+        _require(0.0 <= self.momentum < 1.0, "momentum", self.momentum, "must be in [0, 1)")
+        _require(self.epsilon > 0, "epsilon", self.epsilon, "must be > 0")
+        _require(
+            self.total_environment_frames >= 1,
+            "total_environment_frames",
+            self.total_environment_frames,
+            "must be at least 1",
+        )
+
+
+def _require(ok: bool, flag: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ValueError(f"--{flag}={value}: {what}")
+
+
+class Batch(NamedTuple):
+    """What the train step consumes: `actor.Unroll` fields batched along axis 1.
+
+    Attributes:
+      agent_state: core state before step 0, nest of [B, ...].
+      prev_action: [T + 1, B] int32.
+      reward: [T + 1, B] float32 raw rewards.
+      done: [T + 1, B] bool.
+      observation: [T + 1, B, ...].
+      action: [T + 1, B] int32.
+      policy_logits: [T + 1, B, NUM_ACTIONS] behaviour logits.
+    """
+
+    agent_state: Any
+    prev_action: tf.Tensor
+    reward: tf.Tensor
+    done: tf.Tensor
+    observation: tf.Tensor
+    action: tf.Tensor
+    policy_logits: tf.Tensor
+
+
+def stack_unrolls(unrolls) -> Batch:
+    """Concatenates `actor.Unroll`s along the batch axis into one `Batch` of numpy arrays."""
+
+    def concat(*arrays):
+        return np.concatenate(arrays, axis=1)
+
+    def concat_state(*states):
+        return np.concatenate(states, axis=0)
+
+    return Batch(
+        agent_state=tf.nest.map_structure(concat_state, *(u.agent_state for u in unrolls)),
+        prev_action=concat(*(u.prev_action for u in unrolls)),
+        reward=concat(*(u.reward for u in unrolls)),
+        done=concat(*(u.done for u in unrolls)),
+        observation=concat(*(u.observation for u in unrolls)),
+        action=concat(*(u.action for u in unrolls)),
+        policy_logits=concat(*(u.policy_logits for u in unrolls)),
+    )
+
+
+def clip_rewards(rewards: tf.Tensor, reward_clipping: str) -> tf.Tensor:
+    """Clips [T, B] rewards: `abs_one` to [-1, 1]; `soft_asymmetric` squashes, negatives by 0.3."""
+    if reward_clipping == "abs_one":
+        return tf.clip_by_value(rewards, -1.0, 1.0)
+    if reward_clipping == "soft_asymmetric":
+        squeezed = tf.tanh(rewards / 5.0)
+        # Negative rewards are scaled down relative to positive ones.
+        return tf.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    if reward_clipping == "none":
+        return rewards
+    raise ValueError(f"unknown reward_clipping {reward_clipping!r}")
+
+
+def compute_baseline_loss(advantages: tf.Tensor) -> tf.Tensor:
+    """Half the summed squared error of the baseline; advantages [T, B] = vs - V."""
+    return 0.5 * tf.reduce_sum(tf.square(advantages))
+
+
+def compute_entropy_loss(logits: tf.Tensor) -> tf.Tensor:
+    """Negative summed policy entropy of [T, B, NUM_ACTIONS] logits (minimising it explores)."""
+    policy = tf.nn.softmax(logits)
+    log_policy = tf.nn.log_softmax(logits)
+    return tf.reduce_sum(policy * log_policy)
+
+
+def compute_policy_gradient_loss(
+    logits: tf.Tensor, actions: tf.Tensor, advantages: tf.Tensor
+) -> tf.Tensor:
+    """Summed -log pi(a|x) * advantage over [T, B]; advantages carry no gradient."""
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
+    return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
+
+
+class LossTerms(NamedTuple):
+    total: tf.Tensor
+    policy_gradient: tf.Tensor
+    baseline: tf.Tensor
+    entropy: tf.Tensor
+
+
+def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> LossTerms:
+    """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms."""
+    inputs = networks.AgentInput(
+        prev_action=batch.prev_action,
+        reward=batch.reward,
+        done=batch.done,
+        observation=batch.observation,
+    )
+    outputs, _ = agent.unroll(inputs, batch.agent_state)
+    # Step T is only there to bootstrap from: it is trained on as step 0 of the next unroll.
+    bootstrap_value = outputs.baseline[-1]
+    target_logits = outputs.policy_logits[:-1]
+    values = outputs.baseline[:-1]
+    actions = batch.action[:-1]
+    rewards = clip_rewards(batch.reward[1:], config.reward_clipping)
+    discounts = tf.cast(~batch.done[1:], tf.float32) * config.discounting
+
+    vtrace_returns = vtrace.from_logits(
+        behaviour_policy_logits=batch.policy_logits[:-1],
+        target_policy_logits=target_logits,
+        actions=actions,
+        discounts=discounts,
+        rewards=rewards,
+        values=values,
+        bootstrap_value=bootstrap_value,
+    )
+    policy_gradient = compute_policy_gradient_loss(
+        target_logits, actions, vtrace_returns.pg_advantages
+    )
+    baseline = config.baseline_cost * compute_baseline_loss(vtrace_returns.vs - values)
+    entropy = config.entropy_cost * compute_entropy_loss(target_logits)
+    return LossTerms(
+        total=policy_gradient + baseline + entropy,
+        policy_gradient=policy_gradient,
+        baseline=baseline,
+        entropy=entropy,
+    )
+
+
+def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
+    """The learning rate decays linearly from `learning_rate` to 0 at the frame budget."""
+    progress = tf.cast(frames, tf.float64) / float(config.total_environment_frames)
+    remaining = tf.clip_by_value(1.0 - progress, 0.0, 1.0)
+    return tf.cast(config.learning_rate * remaining, tf.float32)
+
+
+# Wraps the gradient tape; the distributed learner passes Horovod's DistributedGradientTape.
+TapeWrapper = Callable[[tf.GradientTape], Any]
+
+
+class Learner:
+    """Owns the optimiser and performs IMPALA optimisation steps on one agent."""
+
+    def __init__(
+        self,
+        agent: networks.Agent,
+        config: LearnerConfig,
+        wrap_tape: TapeWrapper | None = None,
+    ):
+        """Creates the optimiser.
+
+        Args:
+          agent: the network to train; its variables must already exist.
+          config: loss and optimiser hyperparameters.
+          wrap_tape: applied to the gradient tape before gradients are taken, e.g. to average
+            gradients across learners.
+        """
+        self._agent = agent
+        self._config = config
+        self._wrap_tape = wrap_tape or (lambda tape: tape)
+        self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
+        # Sonnet's RMSProp has TensorFlow 1's semantics (epsilon inside the square root), which
+        # is what the IMPALA paper's hyperparameters were tuned with.
+        self.optimizer = snt.optimizers.RMSProp(
+            learning_rate=self.learning_rate,
+            decay=config.decay,
+            momentum=config.momentum,
+            epsilon=config.epsilon,
+        )
+        self._train_step = tf.function(self._step)
+
+    def create_optimizer_slots(self) -> None:
+        """Creates the optimiser's slot variables without changing any weight.
+
+        Needed before the optimiser state can be broadcast or restored from a checkpoint.
+        """
+        zeros = [tf.zeros_like(v) for v in self._agent.trainable_variables]
+        saved_lr = self.learning_rate.numpy()
+        self.learning_rate.assign(0.0)
+        self.optimizer.apply(zeros, self._agent.trainable_variables)
+        self.learning_rate.assign(saved_lr)
+
+    def step(self, batch: Batch, frames: int) -> dict[str, float]:
+        """One optimisation step on `batch`, at `frames` emulator frames into training.
+
+        Returns:
+          Scalar statistics of the step: the loss terms, gradient norm and learning rate.
+        """
+        self.learning_rate.assign(annealed_learning_rate(self._config, frames))
+        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+        stats = self._train_step(batch)
+        return {name: float(value) for name, value in stats.items()}
+
+    def _step(self, batch: Batch) -> dict[str, tf.Tensor]:
+        variables = self._agent.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = compute_loss(self._agent, batch, self._config)
+        gradients = self._wrap_tape(tape).gradient(loss.total, variables)
+        gradient_norm = tf.linalg.global_norm(gradients)
+        if self._config.gradients_clipping > 0:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._config.gradients_clipping, use_norm=gradient_norm
+            )
+        self.optimizer.apply(gradients, variables)
+        return {
+            "loss/total": loss.total,
+            "loss/policy_gradient": loss.policy_gradient,
+            "loss/baseline": loss.baseline,
+            "loss/entropy": loss.entropy,
+            "gradient_norm": gradient_norm,
+            "learning_rate": tf.identity(self.learning_rate),
+        }
