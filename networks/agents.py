@@ -11,9 +11,10 @@ from networks.base import Agent, AgentInput, AgentOutput, AgentState
 from networks.torsos import DQNTorso, MLPTorso, PolicyBaselineHead, ResNetTorso, ShallowTorso
 
 
-def _to_tensors(inputs: AgentInput) -> AgentInput:
-    # snt.merge_leading_dims silently passes non-tensors (e.g. numpy arrays) through unchanged.
-    return tf.nest.map_structure(tf.convert_to_tensor, inputs)
+def _to_tensors(nest: Any) -> Any:
+    # Inputs and states may arrive as numpy arrays (from another process); Sonnet helpers such
+    # as snt.merge_leading_dims silently pass non-tensors through unchanged.
+    return tf.nest.map_structure(tf.convert_to_tensor, nest)
 
 
 def _batch_apply(fn: Callable[[tf.Tensor], Any], x: tf.Tensor, num_dims: int) -> Any:
@@ -138,14 +139,14 @@ class ResNetLSTMAgent(Agent):
     def __call__(
         self, inputs: AgentInput, state: snt.LSTMState
     ) -> tuple[AgentOutput, snt.LSTMState]:
-        inputs = _to_tensors(inputs)
+        inputs, state = _to_tensors(inputs), _to_tensors(state)
         core_output, state = self._core((self._core_input(inputs, 1), inputs.done), state)
         return self._head(core_output), state
 
     def unroll(self, inputs: AgentInput, state: snt.LSTMState) -> tuple[AgentOutput, snt.LSTMState]:
         # The torso and heads are time-independent, so they run on one [T * B] batch; only
         # the LSTM steps through time.
-        inputs = _to_tensors(inputs)
+        inputs, state = _to_tensors(inputs), _to_tensors(state)
         core_input = self._core_input(inputs, 2)
         # A Python loop (static T) lets XLA/grappler see the whole unroll; a while loop is
         # only needed when T is unknown at trace time.
