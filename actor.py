@@ -1,0 +1,160 @@
+"""The actor: steps a vector of environments with the policy and cuts the stream into unrolls.
+
+An unroll holds `T + 1` time steps for each of the actor's `B` environments. Consecutive unrolls
+overlap by one step, as in IMPALA: the last step of one unroll is the first step of the next, so the
+learner can bootstrap from it and evaluate the policy on every action exactly once.
+
+Time step `t` of an unroll reads: the environment handed out `observation[t]`, having paid
+`reward[t]` for the transition into it (`done[t]` means the previous episode ended and this is
+the first observation of a new one); the agent, given `prev_action[t]` and its core state, chose
+`action[t]` with logits `policy_logits[t]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+import environments
+import networks
+
+
+class Unroll(NamedTuple):
+    """A trajectory segment from one actor, time-major.
+
+    Attributes:
+      agent_state: the agent's core state before step 0, a nest of [B, ...] arrays (`()` for
+        feed-forward agents).
+      prev_action: [T + 1, B] int32 action taken before each observation.
+      reward: [T + 1, B] float32 raw reward of the transition into each observation.
+      done: [T + 1, B] bool, True where the observation starts a new episode.
+      observation: [T + 1, B, ...] observations.
+      action: [T + 1, B] int32 actions chosen by the behaviour policy.
+      policy_logits: [T + 1, B, NUM_ACTIONS] float32 behaviour-policy logits.
+      weight_version: the learner's weight version that chose actions 1..T. Action 0 is the
+        previous unroll's last action, so it may come from the version before; V-trace corrects
+        for it either way, since `policy_logits` are those that really chose each action.
+    """
+
+    agent_state: Any
+    prev_action: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    observation: np.ndarray
+    action: np.ndarray
+    policy_logits: np.ndarray
+    weight_version: int
+
+
+class _Step(NamedTuple):
+    """One time step for the whole vector of environments, [B, ...] arrays."""
+
+    prev_action: np.ndarray
+    reward: np.ndarray
+    done: np.ndarray
+    observation: np.ndarray
+    action: np.ndarray
+    policy_logits: np.ndarray
+
+
+class Actor:
+    """Runs the behaviour policy on a vector of environments, producing overlapping unrolls.
+
+    The policy runs on the whole batch of environments at once; recurrent state is carried across
+    unrolls. Weights are set from outside (`set_weights`), between unrolls.
+    """
+
+    def __init__(
+        self,
+        env: environments.VectorEnvironment,
+        agent: networks.Agent,
+        unroll_length: int,
+        seed: int,
+    ):
+        """Creates the actor and resets the environments.
+
+        Args:
+          env: the environments to step; the actor does not own them (the caller closes them).
+          agent: the policy network; its variables are created here.
+          unroll_length: T, the number of new time steps in each unroll.
+          seed: seeds action sampling.
+        """
+        if unroll_length < 1:
+            raise ValueError(f"unroll_length must be at least 1, got {unroll_length}")
+        self._env = env
+        self._agent = agent
+        self._unroll_length = unroll_length
+        self._rng = tf.random.Generator.from_seed(seed)
+        self._policy = tf.function(self._policy_step)
+        self._core_state = agent.initial_state(env.num_envs)
+        self.weight_version = -1
+        first = env.reset()
+        self._last_step = self._act(
+            prev_action=np.zeros(env.num_envs, np.int32),
+            reward=first.reward,
+            done=np.ones(env.num_envs, bool),  # every environment starts an episode
+            observation=first.observation,
+        )
+
+    @property
+    def variables(self) -> tuple[tf.Variable, ...]:
+        return self._agent.variables
+
+    def set_weights(self, weights: list[np.ndarray], version: int) -> None:
+        """Loads learner weights (in `variables` order) tagged with the learner's version."""
+        for variable, value in zip(self._agent.variables, weights, strict=True):
+            variable.assign(value)
+        self.weight_version = version
+
+    def unroll(self) -> Unroll:
+        """Steps the environments T times and returns the T + 1 step unroll."""
+        initial_state = tf.nest.map_structure(lambda t: t.numpy(), self._core_state_before_last)
+        steps = [self._last_step]
+        for _ in range(self._unroll_length):
+            previous = steps[-1]
+            env_output = self._env.step(previous.action)
+            steps.append(
+                self._act(
+                    prev_action=previous.action,
+                    reward=env_output.reward,
+                    done=env_output.done,
+                    observation=env_output.observation,
+                )
+            )
+        self._last_step = steps[-1]
+        stacked = _Step(*(np.stack(field) for field in zip(*steps, strict=True)))
+        return Unroll(
+            agent_state=initial_state, weight_version=self.weight_version, **stacked._asdict()
+        )
+
+    def pop_episode_stats(self) -> list[environments.EpisodeStats]:
+        """Episodes that really finished (whole games) since the last call."""
+        return self._env.pop_episode_stats()
+
+    def _act(self, prev_action, reward, done, observation) -> _Step:
+        # The state before this step is what the learner must start from if this step opens
+        # the next unroll.
+        self._core_state_before_last = self._core_state
+        inputs = networks.AgentInput(
+            prev_action=tf.constant(prev_action, tf.int32),
+            reward=tf.constant(reward, tf.float32),
+            done=tf.constant(done, tf.bool),
+            observation=tf.constant(observation),
+        )
+        action, logits, self._core_state = self._policy(inputs, self._core_state)
+        return _Step(
+            prev_action=np.asarray(prev_action, np.int32),
+            reward=np.asarray(reward, np.float32),
+            done=np.asarray(done, bool),
+            observation=np.asarray(observation),
+            action=action.numpy(),
+            policy_logits=logits.numpy(),
+        )
+
+    def _policy_step(self, inputs: networks.AgentInput, core_state):
+        output, core_state = self._agent(inputs, core_state)
+        seed = self._rng.make_seeds(1)[:, 0]
+        action = tf.random.stateless_categorical(output.policy_logits, 1, seed=seed)
+        return tf.cast(tf.squeeze(action, 1), tf.int32), output.policy_logits, core_state

@@ -1,0 +1,114 @@
+"""The actor's unrolls: overlap by one step, episode resets, carried core state, weight versions."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import environments
+import networks
+from actor import Actor
+
+VECTOR_SHAPE = (16,)
+
+
+def _counter_env(num_envs, episode_length, observation_shape=VECTOR_SHAPE):
+    config = environments.EnvConfig(
+        level_name=environments.COUNTER_LEVEL,
+        num_envs=num_envs,
+        env_kwargs={"episode_length": episode_length, "observation_shape": observation_shape},
+    )
+    return environments.make_environment(config)
+
+
+def _decode(observation):
+    return environments.decode_counter(observation, observation_rank=observation.ndim - 2)
+
+
+def _episode_step(observation):
+    return environments.decode_episode_step(observation, observation_rank=observation.ndim - 2)
+
+
+def test_unrolls_overlap_by_one_step_and_count_up():
+    tf.random.set_seed(0)
+    with _counter_env(num_envs=3, episode_length=7) as env:
+        agent = networks.make_agent("MLPAgent", env.num_actions)
+        actor = Actor(env, agent, unroll_length=5, seed=0)
+        unrolls = [actor.unroll() for _ in range(4)]
+
+    for unroll in unrolls:
+        assert unroll.observation.shape == (6, 3, *VECTOR_SHAPE)
+        assert unroll.policy_logits.shape == (6, 3, env.num_actions)
+        counters = _decode(unroll.observation)
+        np.testing.assert_array_equal(np.diff(counters, axis=0), 1)
+        # `done` marks exactly the first observation of each new episode.
+        np.testing.assert_array_equal(unroll.done[1:], _episode_step(unroll.observation)[1:] == 0)
+        np.testing.assert_array_equal(unroll.prev_action[1:], unroll.action[:-1])
+    for before, after in itertools.pairwise(unrolls):
+        for field in ("observation", "reward", "done", "action", "policy_logits", "prev_action"):
+            np.testing.assert_array_equal(getattr(before, field)[-1], getattr(after, field)[0])
+
+    first = unrolls[0]
+    np.testing.assert_array_equal(_decode(first.observation)[0], [0, 0, 0])
+    assert first.done[0].all()
+    # An episode of 7 steps ends between steps 6 and 7 of the stream: done at counter 7, 14.
+    counters = np.concatenate([u.observation for u in unrolls])
+    assert (_episode_step(counters)[_decode(counters) % 7 == 0] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "agent_name,observation_shape",
+    [("MLPAgent", VECTOR_SHAPE), ("ResNetLSTMAgent", environments.ATARI_OBSERVATION_SHAPE)],
+)
+def test_learner_reproduces_behaviour_logits_from_the_recorded_state(agent_name, observation_shape):
+    # The learner re-runs the network over each unroll starting from `agent_state`; with the
+    # same weights it must get exactly the logits that chose the actions, resets included.
+    tf.random.set_seed(1)
+    with _counter_env(num_envs=2, episode_length=4, observation_shape=observation_shape) as env:
+        agent = networks.make_agent(agent_name, env.num_actions)
+        actor = Actor(env, agent, unroll_length=3, seed=1)
+        unrolls = [actor.unroll() for _ in range(3)]
+
+    states = [unroll.agent_state for unroll in unrolls]
+    if agent.is_recurrent:
+        # Carried across unrolls: not the initial state after the first one.
+        assert not np.allclose(tf.nest.flatten(states[2])[0], 0)
+    for unroll in unrolls:
+        inputs = networks.AgentInput(
+            prev_action=unroll.prev_action,
+            reward=unroll.reward,
+            done=unroll.done,
+            observation=unroll.observation,
+        )
+        outputs, _ = agent.unroll(inputs, unroll.agent_state)
+        np.testing.assert_allclose(outputs.policy_logits, unroll.policy_logits, atol=1e-5)
+
+
+def test_set_weights_changes_the_policy_and_tags_unrolls():
+    tf.random.set_seed(2)
+    with _counter_env(num_envs=2, episode_length=5) as env:
+        agent = networks.make_agent("MLPAgent", env.num_actions)
+        actor = Actor(env, agent, unroll_length=2, seed=2)
+        before = actor.unroll()
+        assert before.weight_version == -1
+        weights = [np.full(v.shape, 0.01, v.dtype.as_numpy_dtype) for v in actor.variables]
+        actor.set_weights(weights, version=7)
+        after = actor.unroll()
+    assert after.weight_version == 7
+    for variable in actor.variables:
+        np.testing.assert_allclose(variable.numpy(), 0.01)
+    # Steps 1..T were chosen by the new weights: identical parameters give identical logits
+    # for every action.
+    assert not np.allclose(before.policy_logits[1:], after.policy_logits[1:])
+
+
+def test_sampling_is_seeded():
+    def run(seed):
+        tf.random.set_seed(3)
+        with _counter_env(num_envs=4, episode_length=50) as env:
+            actor = Actor(env, networks.make_agent("MLPAgent", env.num_actions), 8, seed=seed)
+            return actor.unroll().action
+
+    np.testing.assert_array_equal(run(5), run(5))
+    assert not np.array_equal(run(5), run(6))
