@@ -211,7 +211,6 @@ def _discounted_backward_sum(deltas: tf.Tensor, factors: tf.Tensor) -> tf.Tensor
         (deltas, factors),
         initializer=tf.zeros_like(deltas[0]),
         reverse=True,
-        back_prop=False,
     )
 
 

@@ -1,0 +1,80 @@
+"""IMPALA in one process: one actor and one learner sharing the agent, taking turns.
+
+The same environment, network, actor and loss code as the distributed system, with no transport in
+between: useful to check a set-up quickly, to debug a network or an environment, and as the
+reference the distributed path is compared with. With no policy lag the V-trace corrections are 1,
+so this is synchronous advantage actor-critic with IMPALA's loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import environments
+import networks
+from actor import Actor
+from learner import Learner, LearnerConfig, stack_unrolls
+from progress import Progress
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalConfig:
+    """What a single-process training run needs besides the learner's hyperparameters."""
+
+    level_name: str = "PongNoFrameskip-v4"
+    agent_name: str = "ShallowConvNetAgent"
+    num_action_repeats: int = 1
+    seed: int = 0
+    log_every_secs: float = 5.0
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+
+
+def build(config: LocalConfig) -> tuple[environments.VectorEnvironment, networks.Agent]:
+    """Creates the environments and the agent; raises ValueError naming a bad flag.
+
+    The actor steps `batch_size` environments at once, so each unroll is one whole batch.
+    """
+    env_config = environments.EnvConfig(
+        level_name=config.level_name,
+        num_envs=config.learner.batch_size,
+        seed=config.seed,
+        num_action_repeats=config.num_action_repeats,
+    )
+    env = environments.make_environment(env_config)
+    try:
+        agent = networks.make_agent(config.agent_name, env.num_actions)
+    except ValueError:
+        env.close()
+        raise
+    return env, agent
+
+
+def train(
+    config: LocalConfig,
+    env: environments.VectorEnvironment,
+    agent: networks.Agent,
+    report: Callable[[str], None] = logging.info,
+) -> Progress:
+    """Trains until the frame budget is spent; returns the final progress (frames, scores)."""
+    actor = Actor(env, agent, config.learner.unroll_length, seed=config.seed)
+    learner = Learner(agent, config.learner)
+    progress = Progress(config.learner.total_environment_frames)
+    frames_per_batch = config.learner.unroll_length * env.num_envs * env.frames_per_step
+    report(
+        f"training {config.agent_name} on {config.level_name} in one process: "
+        f"{frames_per_batch} emulator frames per batch "
+        f"({env.frames_per_step} frames per agent step)"
+    )
+    next_report = time.monotonic() + config.log_every_secs
+    while not progress.done:
+        batch = stack_unrolls([actor.unroll()])
+        learner.step(batch, progress.frames)
+        progress.add_frames(frames_per_batch)
+        progress.add_episode_returns(s.episode_return for s in actor.pop_episode_stats())
+        if time.monotonic() >= next_report or progress.done:
+            report(progress.line())
+            next_report = time.monotonic() + config.log_every_secs
+    return progress

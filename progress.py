@@ -1,0 +1,108 @@
+"""Training progress: honest frame counts, rates and recent episode scores, as one console line."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+
+class Progress:
+    """Tracks frames and finished episodes and formats a progress line.
+
+    Frames are emulator frames (agent steps times frame skip), the unit the IMPALA paper's budgets
+    are given in. Rates are measured over the time since the previous report, so they reflect the
+    current speed, not an average diluted by start-up.
+    """
+
+    def __init__(self, total_frames: int, window: int = 20, clock=time.monotonic):
+        self.total_frames = total_frames
+        self.frames = 0
+        self.episodes = 0
+        self._returns: collections.deque[float] = collections.deque(maxlen=window)
+        self._clock = clock
+        self._start = clock()
+        self._last_time = self._start
+        self._last_frames = 0
+
+    def add_frames(self, frames: int) -> None:
+        self.frames += frames
+
+    def add_episode_returns(self, returns: Iterable[float]) -> None:
+        for episode_return in returns:
+            self._returns.append(float(episode_return))
+            self.episodes += 1
+
+    @property
+    def done(self) -> bool:
+        return self.frames >= self.total_frames
+
+    @property
+    def mean_return(self) -> float | None:
+        """Mean real game score of the most recent episodes, None before the first ends."""
+        return float(np.mean(self._returns)) if self._returns else None
+
+    def rate(self) -> float:
+        """Frames per second since the previous call (or since the start)."""
+        now = self._clock()
+        elapsed = max(now - self._last_time, 1e-9)
+        rate = (self.frames - self._last_frames) / elapsed
+        self._last_time, self._last_frames = now, self.frames
+        return rate
+
+    def line(self) -> str:
+        """The progress line, e.g.
+
+        frames 1.2M/200M [----] 0.6% | 3,400 frames/s | return 12.3 (20 ep) | 0:05:10 < 16:20:00
+        """
+        fraction = min(self.frames / self.total_frames, 1.0)
+        rate = self.rate()
+        elapsed = self._clock() - self._start
+        if self.frames > 0:
+            remaining = elapsed * (self.total_frames - self.frames) / self.frames
+        else:
+            remaining = float("nan")
+        score = (
+            "return n/a"
+            if self.mean_return is None
+            else f"return {self.mean_return:.1f} ({len(self._returns)} ep)"
+        )
+        return (
+            f"frames {_si(self.frames)}/{_si(self.total_frames)} {_bar(fraction)} "
+            f"{100 * fraction:.1f}% | {rate:,.0f} frames/s | {score} | "
+            f"{_clock(elapsed)} < {_clock(remaining)}"
+        )
+
+    def summary(self) -> str:
+        """A closing line: frames, wall time, average rate and the recent score."""
+        elapsed = self._clock() - self._start
+        score = (
+            "no episode finished"
+            if self.mean_return is None
+            else (f"mean return {self.mean_return:.1f} over the last {len(self._returns)} episodes")
+        )
+        return (
+            f"{_si(self.frames)} frames in {_clock(elapsed)} "
+            f"({self.frames / max(elapsed, 1e-9):,.0f} frames/s on average), {score}"
+        )
+
+
+def _bar(fraction: float, width: int = 20) -> str:
+    filled = round(fraction * width)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def _si(count: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return f"{count:.0f}"
+
+
+def _clock(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "?:??:??"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
