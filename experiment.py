@@ -1,13 +1,21 @@
 """IMPALA: the one binary. Reads flags, builds configs, dispatches to a role.
 
-python experiment.py                          # single-process training on Pong (the default)
-python experiment.py --level_name=CartPole-v1 --agent_name=MLPAgent --total_environment_frames=2e5
+  # Learners under mpirun (learner rank r listens on the r-th of --learner_hosts):
+  mpirun -np 2 python experiment.py --job_name=learner --learner_hosts=h1:8001,h2:8001
+  # Actor i plays for learner i mod 2:
+  python experiment.py --job_name=actor --task=3 --learner_hosts=h1:8001,h2:8001
+  # Everything in one process, no transport:
+  python experiment.py --job_name=local --level_name=CartPole-v1 --agent_name=MLPAgent
+
+Hyperparameter flags must be the same for every process of a run; the learner checks that its
+actors play the same environment with the same network.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 # TensorFlow's C++ start-up notices (oneDNN, CPU features) are noise for users; errors still show.
@@ -16,7 +24,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags
 from absl import logging as absl_logging
 
+import actor_loop
 import learner
+import learner_loop
 import local_training
 
 FLAGS = flags.FLAGS
@@ -24,8 +34,26 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum(
     "job_name",
     "local",
-    ["local"],
-    "Role of this process. local: actor and learner in this one process.",
+    ["learner", "actor", "local"],
+    "Role of this process. learner: trains, serving its actors (run under mpirun for "
+    "several). actor: plays and streams unrolls to learner task mod L. local: actor and "
+    "learner in this one process.",
+)
+flags.DEFINE_integer("task", 0, "Index of this actor. Learners take their rank from mpirun.")
+flags.DEFINE_list("learner_hosts", ["localhost:8001"], "host:port of each learner, in rank order.")
+flags.DEFINE_list(
+    "actor_hosts",
+    [],
+    "Host of each actor, in task order (used by launchers; an actor checks its --task is in "
+    "range when given).",
+)
+flags.DEFINE_integer("num_envs_per_actor", 16, "Environments each actor steps together.")
+flags.DEFINE_integer(
+    "queue_capacity", 0, "Trajectories a learner queues before actors block (0: 4 batches)."
+)
+flags.DEFINE_string("logdir", "", "Where learners write their summaries ('' for nowhere).")
+flags.DEFINE_float(
+    "connect_timeout_secs", 600.0, "How long an actor waits for its learner to come up."
 )
 flags.DEFINE_string(
     "level_name",
@@ -97,6 +125,63 @@ def local_config_from_flags() -> local_training.LocalConfig:
     )
 
 
+def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
+    return learner_loop.LearnerJobConfig(
+        level_name=FLAGS.level_name,
+        agent_name=FLAGS.agent_name,
+        learner_hosts=tuple(FLAGS.learner_hosts),
+        num_action_repeats=FLAGS.num_action_repeats,
+        seed=FLAGS.seed,
+        learner=learner_config_from_flags(),
+        queue_capacity=FLAGS.queue_capacity,
+        logdir=FLAGS.logdir,
+    )
+
+
+def actor_job_config_from_flags() -> actor_loop.ActorJobConfig:
+    if FLAGS.actor_hosts and not 0 <= FLAGS.task < len(FLAGS.actor_hosts):
+        raise ValueError(
+            f"--task={FLAGS.task}: out of range for {len(FLAGS.actor_hosts)} --actor_hosts"
+        )
+    learner_config_from_flags()  # validates the shared hyperparameters here too
+    return actor_loop.ActorJobConfig(
+        level_name=FLAGS.level_name,
+        agent_name=FLAGS.agent_name,
+        task=FLAGS.task,
+        learner_hosts=tuple(FLAGS.learner_hosts),
+        num_envs=FLAGS.num_envs_per_actor,
+        unroll_length=FLAGS.unroll_length,
+        num_action_repeats=FLAGS.num_action_repeats,
+        seed=FLAGS.seed,
+        connect_timeout_secs=FLAGS.connect_timeout_secs,
+    )
+
+
+def run_local() -> None:
+    config = local_config_from_flags()
+    env, agent = local_training.build(config)
+    with env:
+        progress = local_training.train(config, env, agent)
+    logging.info("done: %s", progress.summary())
+
+
+def run_learner() -> None:
+    learner_loop.run(learner_job_config_from_flags())
+
+
+def run_actor() -> None:
+    actor_loop.run(actor_job_config_from_flags())
+
+
+ROLES = {"local": run_local, "learner": run_learner, "actor": run_actor}
+
+
+def _interrupt(signum, frame):
+    # SIGTERM (from a launcher, or mpirun passing on a stop) ends a process like Ctrl-C does:
+    # through the normal clean-up path.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -104,20 +189,20 @@ def main(argv: list[str]) -> int:
         logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S")
     )
     absl_logging.set_verbosity(absl_logging.INFO)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        config = local_config_from_flags()
-        env, agent = local_training.build(config)
+        ROLES[FLAGS.job_name]()
     except ValueError as error:
-        # Configuration errors name the flag and value: one line, no traceback.
+        # Bad flags, names or a mismatch between actor and learner: one line, no traceback.
+        logging.debug("configuration error", exc_info=True)
         print(f"experiment.py: error: {error}", file=sys.stderr)
         return 2
-    try:
-        with env:
-            progress = local_training.train(config, env, agent)
+    except ConnectionError as error:
+        print(f"experiment.py: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        logging.info("interrupted")
+        logging.info("%s stopped", FLAGS.job_name)
         return 130
-    logging.info("done: %s", progress.summary())
     return 0
 
 

@@ -1,0 +1,132 @@
+"""The actor role: play with the latest weights of its learner and stream unrolls to it.
+
+Actor task i belongs to learner i mod L. It waits for its learner to come up, checks that both
+run the same environment and network, then loops: fetch weights if the learner's version
+changed, generate one unroll on all of its environments, send it with the finished episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+import environments
+import networks
+import transport
+from actor import Actor
+from learner_loop import parse_address
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorJobConfig:
+    """Everything an actor process needs.
+
+    Attributes:
+      task: this actor's index among all actors.
+      learner_hosts: "host:port" of every learner; this actor talks to learner task mod L.
+      num_envs: environments stepped together by this actor.
+      connect_timeout_secs: how long to wait for the learner to come up.
+    """
+
+    level_name: str
+    agent_name: str
+    task: int
+    learner_hosts: tuple[str, ...]
+    num_envs: int = 1
+    unroll_length: int = 20
+    num_action_repeats: int = 1
+    seed: int = 0
+    connect_timeout_secs: float = 600.0
+
+    def __post_init__(self):
+        if self.task < 0:
+            raise ValueError(f"--task={self.task}: must be >= 0")
+        if not self.learner_hosts:
+            raise ValueError("--learner_hosts is empty: give one host:port per learner")
+        for address in self.learner_hosts:
+            parse_address(address, "--learner_hosts")
+
+    @property
+    def learner_address(self) -> str:
+        return self.learner_hosts[self.task % len(self.learner_hosts)]
+
+
+def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
+    """Acts until the learner finishes. Returns the number of unrolls sent."""
+    # Distinct seeds for every environment of every actor, and for each actor's sampling.
+    env_config = environments.EnvConfig(
+        level_name=config.level_name,
+        num_envs=config.num_envs,
+        seed=config.seed + config.task * config.num_envs,
+        num_action_repeats=config.num_action_repeats,
+    )
+    with environments.make_environment(env_config) as env:
+        agent = networks.make_agent(config.agent_name, env.num_actions)
+        networks.build_variables(agent, env.observation_shape, env.observation_dtype)
+        spec, identity = transport.describe(
+            env, agent, config.unroll_length, config.level_name, config.num_action_repeats
+        )
+        actor = Actor(env, agent, config.unroll_length, seed=config.seed * 1_000_003 + config.task)
+        counts = _Counts()
+        try:
+            while True:
+                client = _connect(config, spec, identity, list(agent.variables), report)
+                try:
+                    _act(client, actor, counts, config, report)
+                except transport.LearnerUnreachableError as error:
+                    # The learner may come back (a restart, a network blip): reconnect, keeping
+                    # the environments and the recurrent state as they are.
+                    report(f"actor {config.task}: {error}; reconnecting")
+        except transport.LearnerFinishedError:
+            report(f"actor {config.task}: learner finished after {counts.unrolls} unrolls; exiting")
+        return counts.unrolls
+
+
+@dataclasses.dataclass
+class _Counts:
+    unrolls: int = 0
+
+
+def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) -> None:
+    """Sends unrolls until the learner finishes or stops answering (both raise)."""
+    _wait_for_first_weights(client, actor)
+    report(f"actor {config.task} acting for learner {config.learner_address}")
+    while True:
+        _update_weights(client, actor)
+        client.send(actor.unroll())
+        client.report_episodes(actor.pop_episode_stats())
+        counts.unrolls += 1
+
+
+def _connect(config, spec, identity, variables, report) -> transport.ActorClient:
+    """Connects to the learner, retrying while it starts up."""
+    deadline = time.monotonic() + config.connect_timeout_secs
+    while True:
+        try:
+            return transport.ActorClient(
+                config.learner_address, config.task, spec, identity, variables
+            )
+        except transport.LearnerUnreachableError as error:
+            if time.monotonic() >= deadline:
+                raise transport.LearnerUnreachableError(
+                    f"actor {config.task}: no learner answered at {config.learner_address} "
+                    f"within {config.connect_timeout_secs:.0f} s ({error})"
+                ) from None
+            report(f"actor {config.task}: waiting for learner {config.learner_address}")
+            time.sleep(2.0)
+
+
+def _wait_for_first_weights(client: transport.ActorClient, actor: Actor) -> None:
+    # The learner publishes before it serves, so this is short; acting with our own random
+    # initial weights instead would make the first unrolls' weight version meaningless.
+    while not _update_weights(client, actor):
+        time.sleep(0.1)
+
+
+def _update_weights(client: transport.ActorClient, actor: Actor) -> bool:
+    fetched = client.fetch_weights()
+    if fetched is not None:
+        actor.set_weights(*fetched)
+    return actor.weight_version >= 0

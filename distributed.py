@@ -1,0 +1,61 @@
+"""Horovod: everything the learners do to stay identical, in one place.
+
+Learners run under `mpirun` (or alone, as a world of one). They start from rank 0's variables and
+optimizer state, average their gradients every step, and so hold identical weights after every
+step. Only rank 0 writes logs meant for people.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Where this learner sits among all learners."""
+
+    rank: int
+    size: int
+    local_rank: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def init() -> Topology:
+    """Joins the learners (a world of one without `mpirun`) and picks this learner's GPU."""
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        # Horovod: one GPU per learner process, chosen by its rank on this host.
+        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank() % len(gpus)], True)
+    return Topology(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
+
+
+def wrap_tape(tape: tf.GradientTape) -> tf.GradientTape:
+    """Makes `tape.gradient` return gradients averaged over all learners."""
+    # Horovod: each learner's loss sums over its own batch, so the average keeps the paper's
+    # per-batch scale and the learning rates need no change with the number of learners.
+    return hvd.DistributedGradientTape(tape)
+
+
+def broadcast_from_chief(variables: list[tf.Variable]) -> None:
+    """Overwrites `variables` with rank 0's values on every learner."""
+    # Horovod: called once the network and the optimizer slots exist, so both are covered.
+    hvd.broadcast_variables(variables, root_rank=0)
+
+
+def sum_over_learners(value: float, name: str) -> float:
+    """The sum of a scalar over all learners."""
+    return float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum, name=name))
+
+
+def gather_from_learners(values: np.ndarray, name: str) -> np.ndarray:
+    """Concatenates a [K_i, ...] array from every learner (K_i may differ) along axis 0."""
+    return hvd.allgather(tf.convert_to_tensor(values), name=name).numpy()
