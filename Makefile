@@ -1,5 +1,5 @@
 # The two commands users need:
-#   make train   set up (first time only) and run a local training on Pong
+#   make train   set up (first time only) and train on Pong: 1 learner and 2 actor processes
 #   make test    set up (first time only), lint and run the whole test suite
 # Everything else is a convenience. Set-up is scripts/setup.sh; it reruns only when
 # requirements.txt or the script changed, or .venv is gone.
@@ -8,7 +8,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
-# Extra flags for experiment.py, e.g. make train ARGS="--level_name=BreakoutNoFrameskip-v4"
+# Extra flags for run_local.py / experiment.py, e.g. make train ARGS="--num_learners=2"
 ARGS ?=
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-k vtrace"
 PYTEST_ARGS ?=
@@ -22,7 +22,7 @@ $(STAMP): requirements.txt scripts/setup.sh
 	touch $@
 
 train: $(STAMP)
-	$(PY) experiment.py $(ARGS)
+	$(PY) run_local.py $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

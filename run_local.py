@@ -1,0 +1,207 @@
+"""Train on this machine through the real distributed path: learners under mpirun, actor processes.
+
+  python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
+  python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4
+
+Every experiment.py flag given here is passed to every process. The learners' progress shows in
+the terminal; each process also logs to the run folder. Ctrl-C stops every process of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from absl import app, flags
+
+import experiment
+import launcher
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
+flags.DEFINE_integer("num_actors", 2, "Actor processes.")
+flags.DEFINE_string("runs_dir", "runs", "Each run gets a folder here (logs, learner summaries).")
+flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen
+    log_path: str
+    reported: bool = False
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on this machine right now (the OS picks them)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def plan(
+    num_learners: int, num_actors: int, flags_to_forward: list[str], python: str, as_root: bool
+) -> tuple[list[str], list[list[str]]]:
+    """The learner command (mpirun when several) and each actor's command, on localhost."""
+    learner_hosts = [f"localhost:{port}" for port in free_ports(num_learners)]
+    actor_hosts = ["localhost"] * num_actors
+    script = os.path.join(_HERE, "experiment.py")
+    learner = launcher.learner_command(python, script, learner_hosts, actor_hosts, flags_to_forward)
+    if num_learners > 1:
+        learner = launcher.mpirun_command(["localhost"] * num_learners, learner, as_root)
+    actors = [
+        launcher.actor_command(python, script, task, learner_hosts, actor_hosts, flags_to_forward)
+        for task in range(num_actors)
+    ]
+    return learner, actors
+
+
+def _child_setup() -> None:
+    # Own process group, so a stop reaches the whole tree; and die with the launcher, so
+    # nothing is orphaned even if it is killed outright.
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _start(name: str, argv: list[str], log_path: str, to_terminal: bool) -> _Process:
+    log = open(log_path, "w")  # noqa: SIM115  (kept open for the child's lifetime)
+    log.write(launcher.shell_line(argv) + "\n")
+    log.flush()
+    popen = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE if to_terminal else log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_child_setup,
+        cwd=_HERE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return _Process(name, popen, log_path)
+
+
+def _copy_output(process: _Process) -> None:
+    """Shows a process's output in the terminal and keeps it in its log."""
+    with open(process.log_path, "a") as log:
+        for line in iter(process.popen.stdout.readline, b""):
+            text = line.decode(errors="replace")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            log.write(text)
+            log.flush()
+
+
+def _stop(processes: list[_Process], timeout: float) -> None:
+    """SIGTERM to every process group still running, SIGKILL to those still there later."""
+    for process in processes:
+        if process.popen.poll() is None:
+            _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"[run_local] {process.name} did not stop in {timeout:.0f} s: killing it")
+            _signal_group(process, signal.SIGKILL)
+            process.popen.wait()
+
+
+def _signal_group(process: _Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.popen.pid, signum)
+
+
+def _supervise(learner: _Process, actors: list[_Process], stop_timeout: float) -> int:
+    """Waits for the learners to finish, reporting actors that die. Returns an exit code."""
+    while learner.popen.poll() is None:
+        for actor in actors:
+            code = actor.popen.poll()
+            if code is not None and code != 0 and not actor.reported:
+                actor.reported = True
+                print(
+                    f"[run_local] {actor.name} exited with code {code}; the others go on. "
+                    f"Its log: {actor.log_path}"
+                )
+        time.sleep(0.5)
+    code = learner.popen.returncode
+    if code != 0:
+        print(
+            f"[run_local] the learners exited with code {code}; stopping the actors. "
+            f"Log: {learner.log_path}"
+        )
+    # After a normal finish the actors hear it from their learner and exit by themselves.
+    deadline = time.monotonic() + stop_timeout
+    while code == 0 and time.monotonic() < deadline and any(a.popen.poll() is None for a in actors):
+        time.sleep(0.2)
+    _stop(actors, stop_timeout)
+    return code
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.num_learners < 1 or FLAGS.num_actors < 1:
+        print(
+            "run_local.py: error: --num_learners and --num_actors must be at least 1",
+            file=sys.stderr,
+        )
+        return 2
+    run_dir = os.path.join(
+        FLAGS.runs_dir,
+        f"{FLAGS.level_name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
+    )
+    os.makedirs(run_dir, exist_ok=True)
+    given = {
+        flag.name: flag.value for flag in FLAGS.get_flags_for_module(experiment) if flag.present
+    }
+    given["logdir"] = os.path.abspath(run_dir)
+    learner_argv, actor_argvs = plan(
+        FLAGS.num_learners,
+        FLAGS.num_actors,
+        launcher.forwarded_flags(given),
+        sys.executable,
+        as_root=os.geteuid() == 0,
+    )
+    print(
+        f"[run_local] {FLAGS.num_learners} learner(s), {FLAGS.num_actors} actor(s); "
+        f"logs in {run_dir}/"
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), True)
+    actors = [
+        _start(f"actor {task}", argv, os.path.join(run_dir, f"actor_{task}.log"), False)
+        for task, argv in enumerate(actor_argvs)
+    ]
+    threading.Thread(target=_copy_output, args=(learner,), daemon=True).start()
+    try:
+        return _supervise(learner, actors, FLAGS.stop_timeout_secs)
+    except KeyboardInterrupt:
+        print("\n[run_local] stopping every process of the run...")
+        _stop([learner, *actors], FLAGS.stop_timeout_secs)
+        print("[run_local] stopped")
+        return 130
+
+
+if __name__ == "__main__":
+    app.run(main)
