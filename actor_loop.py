@@ -105,8 +105,14 @@ def _connect(config, spec, identity, variables, report) -> transport.ActorClient
     deadline = time.monotonic() + config.connect_timeout_secs
     while True:
         try:
+            remaining = deadline - time.monotonic()
             return transport.ActorClient(
-                config.learner_address, config.task, spec, identity, variables
+                config.learner_address,
+                config.task,
+                spec,
+                identity,
+                variables,
+                connect_timeout_secs=min(30.0, max(1.0, remaining)),
             )
         except transport.LearnerUnreachableError as error:
             if time.monotonic() >= deadline:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import errors_impl
 
 from actor import Unroll
 
@@ -370,6 +371,20 @@ class LearnerService:
         )
 
 
+def _trajectory_bytes(unroll: Unroll) -> int:
+    """Bytes one trajectory of `unroll` takes, all fields counted (about its size on the wire)."""
+    fields = [
+        unroll.prev_action,
+        unroll.reward,
+        unroll.done,
+        unroll.observation,
+        unroll.action,
+        unroll.policy_logits,
+        *tf.nest.flatten(unroll.agent_state),
+    ]
+    return sum(np.asarray(field).nbytes for field in fields) // unroll.prev_action.shape[1]
+
+
 _EMPTY_EPISODES = (
     np.zeros([0], np.int32),
     np.zeros([0], np.float32),
@@ -394,11 +409,13 @@ class ActorClient:
         identity: dict[str, Any],
         variables: list[tf.Variable],
         timeout_secs: float = 30.0,
+        connect_timeout_secs: float | None = None,
     ):
         """Connects to the learner at `address` and checks that both sides agree.
 
         Args:
           timeout_secs: the deadline of every call; the learner never holds a call for long.
+          connect_timeout_secs: how long to try reaching the learner (default: timeout_secs).
 
         Raises:
           MismatchError: naming every setting that differs from the learner's, or if this
@@ -417,7 +434,8 @@ class ActorClient:
                 # The name keys a shared resource: a second client under the same name would
                 # delete this one's connection when it is garbage-collected.
                 name=f"actor_{actor_task}_{uuid.uuid4().hex}",
-                timeout_in_ms=self._timeout_ms,
+                # Only connecting uses this; every call passes its own deadline.
+                timeout_in_ms=int(1000 * (connect_timeout_secs or timeout_secs)),
             )
         except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
             raise LearnerUnreachableError(
@@ -452,7 +470,7 @@ class ActorClient:
           LearnerUnreachableError: the learner did not answer.
         """
         num_envs = unroll.prev_action.shape[1]
-        per_chunk = max(1, MAX_MESSAGE_BYTES // max(1, self._spec.trajectory_bytes))
+        per_chunk = max(1, MAX_MESSAGE_BYTES // max(1, _trajectory_bytes(unroll)))
         chunks = [
             self._chunk_args(unroll, slice(start, min(start + per_chunk, num_envs)))
             for start in range(0, num_envs, per_chunk)
@@ -560,11 +578,12 @@ class ActorClient:
             return result.get_value()
         code, message = result.get_error()
         message = message.numpy().decode(errors="replace").splitlines()[0]
-        error_type = tf.errors.exception_type_from_error_code(int(code))
+        error_type = errors_impl.exception_type_from_error_code(int(code))
         if error_type in (tf.errors.UnavailableError, tf.errors.DeadlineExceededError):
             raise LearnerUnreachableError(
                 f"{method} call to learner {self._address} failed: {message}"
             )
-        if "closed" in message:  # the queue closed between the finished check and enqueue
+        if error_type is tf.errors.CancelledError or "closed" in message:
+            # The learner closed its queue while this enqueue waited for room in it.
             raise LearnerFinishedError(f"learner at {self._address} has finished")
         raise error_type(None, None, f"{method} on learner {self._address}: {message}")

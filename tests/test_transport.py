@@ -1,0 +1,540 @@
+"""Actor <-> learner transport over TensorFlow's gRPC: unrolls, weights, episodes, handshake, close.
+
+Server and clients live in this process and talk over real gRPC on the loopback interface.
+"""
+
+import gc
+import socket
+import threading
+import time
+import types
+import weakref
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from actor import Unroll
+from transport import (
+    MAX_MESSAGE_BYTES,
+    ActorClient,
+    LearnerFinishedError,
+    LearnerService,
+    LearnerUnreachableError,
+    MismatchError,
+    QueuedTrajectories,
+    UnrollSpec,
+)
+
+IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent": "ResNetLSTMAgent", "unroll_length": 4}
+ATARI_SHAPE = (84, 84, 4)
+LSTM_SIZE = 8
+# Long enough for a real hang to show, short enough that a broken test fails fast.
+CLIENT_TIMEOUT_SECS = 30.0
+THREAD_TIMEOUT_SECS = 15.0
+
+
+def _free_address():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"localhost:{port}"
+
+
+def _lstm_spec(unroll_length=4, observation_shape=ATARI_SHAPE, observation_dtype="uint8"):
+    return UnrollSpec(
+        unroll_length=unroll_length,
+        observation_shape=observation_shape,
+        observation_dtype=observation_dtype,
+        num_actions=6,
+        state_shapes=((LSTM_SIZE,), (LSTM_SIZE,)),
+        state_dtypes=("float32", "float32"),
+    )
+
+
+def _unroll(spec, num_envs, rng, weight_version=0, first_env=0):
+    """Random unroll whose `action[0]` holds each trajectory's env index, to find it again."""
+    steps = (spec.unroll_length + 1, num_envs)
+    if spec.observation_dtype == "uint8":
+        observation = rng.integers(0, 256, (*steps, *spec.observation_shape), dtype=np.uint8)
+    else:
+        observation = rng.standard_normal((*steps, *spec.observation_shape))
+        observation = observation.astype(spec.observation_dtype)
+    action = rng.integers(0, spec.num_actions, steps, dtype=np.int32)
+    action[0] = np.arange(first_env, first_env + num_envs)
+    return Unroll(
+        agent_state=tuple(
+            rng.standard_normal((num_envs, *shape)).astype(dtype)
+            for shape, dtype in zip(spec.state_shapes, spec.state_dtypes, strict=True)
+        ),
+        prev_action=rng.integers(0, spec.num_actions, steps, dtype=np.int32),
+        reward=rng.standard_normal(steps).astype(np.float32),
+        done=rng.random(steps) < 0.3,
+        observation=observation,
+        action=action,
+        policy_logits=rng.standard_normal((*steps, spec.num_actions)).astype(np.float32),
+        weight_version=weight_version,
+    )
+
+
+def _assert_same_trajectories(batch, unroll, first_env=0):
+    """Every env of `unroll` appears once in `batch`, bit-exact, whatever the order of chunks."""
+    num_envs = unroll.prev_action.shape[1]
+    envs = np.asarray(batch.action)[0]
+    order = np.argsort(envs, kind="stable")
+    np.testing.assert_array_equal(envs[order], np.arange(first_env, first_env + num_envs))
+    sent_fields = [
+        unroll.prev_action,
+        unroll.reward,
+        unroll.done,
+        unroll.observation,
+        unroll.action,
+        unroll.policy_logits,
+    ]
+    for name, got, sent in zip(
+        QueuedTrajectories._fields[2:8], batch[2:8], sent_fields, strict=True
+    ):
+        got = np.asarray(got)
+        assert got.dtype == sent.dtype, name
+        np.testing.assert_array_equal(got[:, order], sent, err_msg=name)
+    sent_states = tf.nest.flatten(unroll.agent_state)
+    assert len(batch.agent_state) == len(sent_states)
+    for got, sent in zip(batch.agent_state, sent_states, strict=True):
+        got = np.asarray(got)
+        assert got.dtype == sent.dtype
+        np.testing.assert_array_equal(got[order], sent)
+
+
+class _Thread:
+    """Runs `fn` in a daemon thread and keeps its result or exception, so a test cannot hang."""
+
+    def __init__(self, fn, *args):
+        self.result = self.error = None
+        self._thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, *args):
+        try:
+            self.result = fn(*args)
+        except BaseException as error:
+            self.error = error
+
+    def is_alive(self):
+        return self._thread.is_alive()
+
+    def join(self, timeout=THREAD_TIMEOUT_SECS):
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"still blocked after {timeout} s"
+
+
+def _wait_until(condition, timeout=THREAD_TIMEOUT_SECS):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def _episode(episode_return, episode_steps, episode_frames):
+    return types.SimpleNamespace(
+        episode_return=episode_return, episode_steps=episode_steps, episode_frames=episode_frames
+    )
+
+
+@pytest.fixture
+def make_service():
+    """Starts `LearnerService`s on free ports; closes them after the test."""
+    services = []
+
+    def make(spec, variables=(), queue_capacity=64, learner_index=0, num_learners=1):
+        address = _free_address()
+        service = LearnerService(
+            address, spec, IDENTITY, list(variables), learner_index, num_learners, queue_capacity
+        )
+        services.append(service)
+        return service, address
+
+    yield make
+    for service in services:
+        service.close()
+
+
+def _client(address, spec, actor_task=0, variables=(), identity=IDENTITY):
+    return ActorClient(
+        address, actor_task, spec, identity, list(variables), timeout_secs=CLIENT_TIMEOUT_SECS
+    )
+
+
+# ---- Unrolls --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_small_atari_unroll_round_trips_bit_exact(make_service, num_envs):
+    spec = _lstm_spec()
+    service, address = make_service(spec)
+    unroll = _unroll(spec, num_envs, np.random.default_rng(num_envs))
+    _client(address, spec).send(unroll)
+
+    assert service.queue_size == num_envs
+    batch = service.dequeue(num_envs)
+    assert batch.observation.shape == (spec.unroll_length + 1, num_envs, *ATARI_SHAPE)
+    assert batch.policy_logits.shape == (spec.unroll_length + 1, num_envs, spec.num_actions)
+    assert [s.shape for s in batch.agent_state] == [(num_envs, LSTM_SIZE)] * 2
+    _assert_same_trajectories(batch, unroll)
+    assert service.queue_size == 0
+
+
+def test_unroll_larger_than_a_message_is_sent_in_chunks(make_service):
+    spec = _lstm_spec()
+    per_chunk = MAX_MESSAGE_BYTES // spec.trajectory_bytes
+    num_envs = 2 * per_chunk + 3  # three chunks, the last one partial
+    assert num_envs * spec.trajectory_bytes > 2 * MAX_MESSAGE_BYTES
+    service, address = make_service(spec, queue_capacity=num_envs)
+    unroll = _unroll(spec, num_envs, np.random.default_rng(0))
+    _client(address, spec).send(unroll)
+
+    assert service.queue_size == num_envs
+    _assert_same_trajectories(service.dequeue(num_envs), unroll)
+
+
+def test_float_vector_observations_round_trip_bit_exact(make_service):
+    spec = _lstm_spec(unroll_length=7, observation_shape=(5,), observation_dtype="float32")
+    service, address = make_service(spec)
+    unroll = _unroll(spec, 6, np.random.default_rng(1))
+    _client(address, spec).send(unroll)
+
+    batch = service.dequeue(6)
+    assert batch.observation.dtype == tf.float32
+    assert batch.observation.shape == (8, 6, 5)
+    _assert_same_trajectories(batch, unroll)
+
+
+def test_feed_forward_agent_without_core_state(make_service):
+    spec = UnrollSpec(
+        unroll_length=3, observation_shape=(4,), observation_dtype="float32", num_actions=2
+    )
+    service, address = make_service(spec)
+    unroll = _unroll(spec, 2, np.random.default_rng(2))
+    assert unroll.agent_state == ()
+    _client(address, spec).send(unroll)
+
+    batch = service.dequeue(2)
+    assert list(batch.agent_state) == []
+    _assert_same_trajectories(batch, unroll)
+
+
+def test_many_small_trajectories_whose_other_fields_exceed_a_message(make_service):
+    # Vector observations are tiny, but the core states alone are well over gRPC's 4 MiB: the
+    # chunks must be sized on every field, not on observations alone.
+    spec = UnrollSpec(
+        unroll_length=20,
+        observation_shape=(4,),
+        observation_dtype="float32",
+        num_actions=2,
+        state_shapes=((256,), (256,)),
+        state_dtypes=("float32", "float32"),
+    )
+    num_envs = 2500
+    state_bytes = num_envs * 2 * 256 * 4
+    assert state_bytes > 4 << 20 and num_envs * spec.trajectory_bytes < MAX_MESSAGE_BYTES
+    service, address = make_service(spec, queue_capacity=num_envs)
+    unroll = _unroll(spec, num_envs, np.random.default_rng(3))
+    _client(address, spec).send(unroll)
+
+    _assert_same_trajectories(service.dequeue(num_envs), unroll)
+
+
+def test_dequeued_trajectories_carry_actor_task_and_weight_version(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    rng = np.random.default_rng(4)
+    first, second = _client(address, spec, actor_task=3), _client(address, spec, actor_task=8)
+    first.send(_unroll(spec, 2, rng, weight_version=11, first_env=0))
+    second.send(_unroll(spec, 3, rng, weight_version=12, first_env=10))
+    first.send(_unroll(spec, 1, rng, weight_version=2**40, first_env=20))
+
+    batch = service.dequeue(6)
+    assert batch.actor_task.dtype == tf.int32
+    assert batch.weight_version.dtype == tf.int64
+    got = {
+        int(env): (int(task), int(version))
+        for env, task, version in zip(
+            np.asarray(batch.action)[0],
+            batch.actor_task.numpy(),
+            batch.weight_version.numpy(),
+            strict=True,
+        )
+    }
+    assert got == {
+        0: (3, 11),
+        1: (3, 11),
+        10: (8, 12),
+        11: (8, 12),
+        12: (8, 12),
+        20: (3, 2**40),
+    }
+
+
+def test_learner_errors_other_than_closing_raise_the_matching_tf_error(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    rng = np.random.default_rng(5)
+    client = _client(address, spec)
+    bad = _unroll(spec, 2, rng)
+    bad = bad._replace(observation=bad.observation[..., :2])  # the learner cannot reshape it
+    with pytest.raises(tf.errors.InvalidArgumentError, match="enqueue"):
+        client.send(bad)
+    assert service.queue_size == 0
+
+    good = _unroll(spec, 2, rng)
+    client.send(good)
+    _assert_same_trajectories(service.dequeue(2), good)
+
+
+# ---- Backpressure and closing ---------------------------------------------------------------
+
+
+def test_full_queue_blocks_the_actor_until_the_learner_dequeues(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=3)
+    rng = np.random.default_rng(6)
+    client = _client(address, spec)
+    first, second = _unroll(spec, 2, rng, first_env=0), _unroll(spec, 2, rng, first_env=2)
+    client.send(first)
+    assert service.queue_size == 2
+
+    sending = _Thread(client.send, second)  # 2 more do not fit in 3
+    time.sleep(0.5)
+    assert sending.is_alive(), "send returned although the queue had no room for its unroll"
+    assert service.queue_size <= service.queue_capacity
+
+    head = service.dequeue(2)
+    sending.join()
+    assert sending.error is None
+    tail = service.dequeue(2)
+    assert service.queue_size == 0
+    # One actor's trajectories stay in order: the whole first unroll, then the second.
+    _assert_same_trajectories(head, first)
+    _assert_same_trajectories(tail, second, first_env=2)
+
+
+def test_chunk_larger_than_the_queue_goes_in_as_the_learner_dequeues(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    unroll = _unroll(spec, 3, np.random.default_rng(13))  # one chunk of 3 trajectories
+    sending = _Thread(_client(address, spec).send, unroll)
+    _wait_until(lambda: service.queue_size == 2)
+    head = service.dequeue(2)
+    sending.join()
+    assert sending.error is None
+    tail = service.dequeue(1)
+    np.testing.assert_array_equal(np.asarray(head.action)[0], [0, 1])
+    np.testing.assert_array_equal(np.asarray(tail.action)[0], [2])
+
+
+def test_after_close_every_call_raises_learner_finished(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    variables = [tf.Variable([1.0, 2.0])]
+    service, address = make_service(spec, variables)
+    rng = np.random.default_rng(7)
+    client = _client(address, spec, variables=variables)
+    client.send(_unroll(spec, 1, rng))
+    service.publish_weights(3)
+    service.close()
+    with pytest.raises(LearnerFinishedError):
+        client.send(_unroll(spec, 1, rng))
+    with pytest.raises(LearnerFinishedError):
+        client.report_episodes([_episode(1.0, 1, 4)])
+    with pytest.raises(LearnerFinishedError):
+        client.fetch_weights()
+    # What was queued before closing can still be taken.
+    assert service.dequeue(1).actor_task.numpy().tolist() == [0]
+
+
+def test_close_releases_an_actor_waiting_for_room(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=1)
+    rng = np.random.default_rng(8)
+    client = _client(address, spec)
+    client.send(_unroll(spec, 1, rng))
+
+    sending = _Thread(client.send, _unroll(spec, 1, rng))
+    time.sleep(0.5)
+    assert sending.is_alive(), "send returned although the queue was full"
+    service.close()
+    sending.join()
+    assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)
+
+
+def test_close_releases_an_enqueue_blocked_inside_the_learner(make_service):
+    # A chunk larger than the whole queue is let in and waits, inside the learner, for room.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    sending = _Thread(_client(address, spec).send, _unroll(spec, 3, np.random.default_rng(14)))
+    _wait_until(lambda: service.queue_size == 2)  # 2 of 3 in: the enqueue is under way
+    assert sending.is_alive()
+    service.close()
+    sending.join()
+    assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)
+
+
+# ---- Unreachable learner --------------------------------------------------------------------
+
+
+def test_connecting_where_no_learner_listens_raises_unreachable():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))  # held, never listening: nobody answers there
+        address = f"localhost:{sock.getsockname()[1]}"
+        spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+        with pytest.raises(LearnerUnreachableError):
+            ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0)
+
+
+def test_calls_to_a_learner_that_is_gone_raise_unreachable():
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    address = _free_address()
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8)
+    client = ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0)
+    gone = weakref.ref(service)
+    del service
+    gc.collect()  # the server stops when the service is collected
+    assert gone() is None
+    with pytest.raises(LearnerUnreachableError):
+        client.send(_unroll(spec, 1, np.random.default_rng(15)))
+
+
+# ---- Weights --------------------------------------------------------------------------------
+
+
+def _weights(rng, shapes):
+    return [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+
+
+def test_fetch_weights_returns_each_published_version_once(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    # The first variable alone needs two chunks of snapshot.
+    shapes = [(1100, 800), (7,), (), (3, 1, 2)]
+    assert MAX_MESSAGE_BYTES < 1100 * 800 * 4
+    rng = np.random.default_rng(9)
+    learner_variables = [tf.Variable(w) for w in _weights(rng, shapes)]
+    actor_variables = [tf.Variable(np.zeros(shape, np.float32)) for shape in shapes]
+    service, address = make_service(spec, learner_variables)
+    client = _client(address, spec, variables=actor_variables)
+
+    assert client.fetch_weights() is None  # nothing published yet
+    assert client.learner_version() == -1
+
+    service.publish_weights(0)
+    weights, version = client.fetch_weights()
+    assert version == client.version == 0
+    assert [w.shape for w in weights] == shapes
+    for got, variable in zip(weights, learner_variables, strict=True):
+        np.testing.assert_array_equal(got, variable.numpy())
+    assert client.fetch_weights() is None  # up to date
+
+    new_values = _weights(rng, shapes)
+    for variable, value in zip(learner_variables, new_values, strict=True):
+        variable.assign(value)
+    assert client.fetch_weights() is None  # changed but not published
+    service.publish_weights(7)
+    assert client.learner_version() == 7
+    weights, version = client.fetch_weights()
+    assert version == client.version == 7
+    for got, value in zip(weights, new_values, strict=True):
+        np.testing.assert_array_equal(got, value)
+    assert client.fetch_weights() is None
+
+
+def test_each_actor_fetches_weights_independently(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    learner_variables = [tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))]
+    service, address = make_service(spec, learner_variables)
+    service.publish_weights(1)
+    first = _client(address, spec, actor_task=0, variables=learner_variables)
+    second = _client(address, spec, actor_task=1, variables=learner_variables)
+    assert first.fetch_weights()[1] == 1
+    assert first.fetch_weights() is None
+    weights, version = second.fetch_weights()
+    assert version == 1
+    np.testing.assert_array_equal(weights[0], np.arange(6).reshape(2, 3))
+
+
+# ---- Handshake ------------------------------------------------------------------------------
+
+
+def test_identity_mismatch_names_every_differing_field(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    actor_identity = {**IDENTITY, "unroll_length": 20, "agent": "MLPAgent", "extra": True}
+    with pytest.raises(MismatchError) as raised:
+        _client(address, spec, identity=actor_identity)
+    message = str(raised.value)
+    assert "agent: actor has 'MLPAgent', learner has 'ResNetLSTMAgent'" in message
+    assert "unroll_length: actor has 20, learner has 4" in message
+    assert "extra: actor has True, learner has None" in message
+    assert "level_name" not in message
+
+    # The learner keeps serving: a matching actor connects and sends.
+    client = _client(address, spec)
+    unroll = _unroll(spec, 2, np.random.default_rng(10))
+    client.send(unroll)
+    _assert_same_trajectories(service.dequeue(2), unroll)
+
+
+@pytest.mark.parametrize(
+    ("actor_task", "num_learners", "owner"), [(1, 2, 1), (5, 2, 1), (4, 3, 1), (5, 3, 2)]
+)
+def test_actor_of_another_learner_is_rejected(make_service, actor_task, num_learners, owner):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, learner_index=0, num_learners=num_learners)
+    with pytest.raises(MismatchError, match=f"task {actor_task} belongs to learner {owner} "):
+        _client(address, spec, actor_task=actor_task)
+    # Even with a different identity too, the learner names the right learner.
+    with pytest.raises(MismatchError, match=rf"belongs to learner {owner} .*not to learner 0"):
+        _client(address, spec, actor_task=actor_task, identity={"other": 1})
+
+    client = _client(address, spec, actor_task=num_learners)  # task mod learners == 0: ours
+    client.send(_unroll(spec, 1, np.random.default_rng(11)))
+    assert service.dequeue(1).actor_task.numpy().tolist() == [num_learners]
+
+
+def test_actor_of_this_learner_connects_when_there_are_several(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, learner_index=1, num_learners=2)
+    with pytest.raises(MismatchError, match=r"task 4 belongs to learner 0 .*not to learner 1"):
+        _client(address, spec, actor_task=4)
+    client = _client(address, spec, actor_task=3)
+    client.send(_unroll(spec, 1, np.random.default_rng(12)))
+    assert service.dequeue(1).actor_task.numpy().tolist() == [3]
+
+
+# ---- Episodes -------------------------------------------------------------------------------
+
+
+def test_reported_episodes_are_popped_once_with_their_actor_task(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    first, second = _client(address, spec, actor_task=2), _client(address, spec, actor_task=5)
+    first.report_episodes([_episode(21.0, 1000, 4000), _episode(-3.5, 17, 68)])
+    second.report_episodes([])  # nothing to report: no call
+    second.report_episodes([_episode(0.25, 3, 12)])
+
+    episodes = service.pop_episodes()
+    assert episodes.actor_task.dtype == np.int32
+    assert episodes.episode_return.dtype == np.float32
+    assert episodes.episode_steps.dtype == episodes.episode_frames.dtype == np.int64
+    np.testing.assert_array_equal(episodes.actor_task, [2, 2, 5])
+    np.testing.assert_array_equal(episodes.episode_return, [21.0, -3.5, 0.25])
+    np.testing.assert_array_equal(episodes.episode_steps, [1000, 17, 3])
+    np.testing.assert_array_equal(episodes.episode_frames, [4000, 68, 12])
+
+    empty = service.pop_episodes()
+    for field, dtype in zip(empty, (np.int32, np.float32, np.int64, np.int64), strict=True):
+        assert field.shape == (0,)
+        assert field.dtype == dtype
+
+
+def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, _ = make_service(spec)
+    episodes = service.pop_episodes()
+    assert all(field.shape == (0,) for field in episodes)
