@@ -77,6 +77,11 @@ class _Counters:
     version: int = 0
     steps: int = 0
     trajectories_by_actor: Counter = dataclasses.field(default_factory=Counter)
+    # When the first step ended, and the frames then: the steady-state rate is measured from
+    # there, leaving out start-up, waiting for actors and tracing the train step.
+    first_step_time: float | None = None
+    first_step_frames: int = 0
+    last_step_time: float | None = None
 
 
 def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) -> dict:
@@ -131,10 +136,19 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         },
         "episodes": progress.episodes,
         "mean_return": progress.mean_return,
+        "frames_per_second_steady": _steady_rate(counters, progress.frames),
     }
     _write_summary(config.logdir, topology.rank, summary)
     chief_report(f"done: {progress.summary()}")
     return summary
+
+
+def _steady_rate(counters: _Counters, frames: int) -> float | None:
+    """Frames per second (all learners) from the end of the first step to the end of the last."""
+    if counters.first_step_time is None or counters.last_step_time == counters.first_step_time:
+        return None
+    elapsed = counters.last_step_time - counters.first_step_time
+    return (frames - counters.first_step_frames) / elapsed
 
 
 def _build_agent(config: LearnerJobConfig):
@@ -180,6 +194,12 @@ def _train(config, topology, agent, trainer, service, env_info, counters, report
         service.publish_weights(counters.version)
         counters.trajectories_by_actor.update(queued.actor_task.numpy().tolist())
         progress.add_frames(frames_per_step_all_learners)
+        counters.last_step_time = time.monotonic()
+        if counters.first_step_time is None:
+            counters.first_step_time, counters.first_step_frames = (
+                counters.last_step_time,
+                progress.frames,
+            )
         episodes = service.pop_episodes()
         # Horovod: every learner's finished episodes, so rank 0 reports them all.
         progress.add_episode_returns(

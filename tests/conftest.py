@@ -1,0 +1,69 @@
+"""Fixtures for tests that start real processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Processes:
+    """Starts processes in their own process groups; whatever is left is killed at teardown."""
+
+    def __init__(self, log_dir):
+        self._log_dir = log_dir
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(os.path.join(self._log_dir, f"{name}.log"), "w")  # noqa: SIM115
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        process.name = name
+        process.log_path = log.name
+        self.started.append(process)
+        return process
+
+    def experiment(self, name: str, *flags: str) -> subprocess.Popen:
+        return self.start(name, [sys.executable, "-u", "experiment.py", *flags])
+
+    def log(self, process: subprocess.Popen) -> str:
+        with open(process.log_path) as f:
+            return f.read()
+
+    def wait(self, process: subprocess.Popen, timeout: float) -> int:
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{process.name} still running after {timeout} s:\n{self.log(process)}")
+
+    def kill_all(self) -> None:
+        for process in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+@pytest.fixture
+def processes(tmp_path):
+    started = Processes(str(tmp_path))
+    yield started
+    started.kill_all()
+
+
+def wait_until(condition, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(message)
+        time.sleep(0.1)

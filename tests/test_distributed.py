@@ -1,0 +1,254 @@
+"""The distributed path end to end: real actor and learner processes over loopback gRPC.
+
+The counter environment's observations encode each environment's step count, so the tests can
+check exactly what the learners received.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT, wait_until
+
+import environments
+import learner
+import learner_loop
+import networks
+import transport
+from run_local import free_ports
+
+pytestmark = pytest.mark.slow
+
+COUNTER = environments.COUNTER_LEVEL
+UNROLL_LENGTH = 5
+NUM_ENVS = 3
+
+
+def _counter(observation):
+    return environments.decode_counter(observation, observation_rank=observation.ndim - 2)
+
+
+def _in_process_learner(port, batch_size):
+    """A learner's service and trainer in this process, set up like learner_loop does it."""
+    with environments.make_environment(environments.EnvConfig(COUNTER, num_envs=1)) as env:
+        agent = networks.make_agent("MLPAgent", env.num_actions)
+        networks.build_variables(agent, env.observation_shape, env.observation_dtype)
+        spec, identity = transport.describe(env, agent, UNROLL_LENGTH, COUNTER, 1)
+    service = transport.LearnerService(
+        f"localhost:{port}", spec, identity, list(agent.variables), 0, 1, queue_capacity=24
+    )
+    config = learner.LearnerConfig(
+        batch_size=batch_size,
+        unroll_length=UNROLL_LENGTH,
+        learning_rate=0.01,
+        total_environment_frames=10**9,
+    )
+    return agent, service, learner.Learner(agent, config)
+
+
+def _actor_flags(port, task, *extra):
+    return (
+        "--job_name=actor",
+        f"--task={task}",
+        f"--learner_hosts=localhost:{port}",
+        f"--level_name={COUNTER}",
+        "--agent_name=MLPAgent",
+        f"--unroll_length={UNROLL_LENGTH}",
+        f"--num_envs_per_actor={NUM_ENVS}",
+        *extra,
+    )
+
+
+def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(processes):
+    (port,) = free_ports(1)
+    agent, service, trainer = _in_process_learner(port, batch_size=6)
+    weights_by_version = {0: [v.numpy() for v in agent.variables]}
+    service.publish_weights(0)
+    actors = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in range(2)]
+
+    received = []
+    for version in range(1, 41):
+        wait_until(lambda: service.queue_size >= 6, 60, "actors sent nothing")
+        queued = service.dequeue(6)
+        received.append((version - 1, queued))
+        trainer.step(learner_loop._to_batch(queued, agent), frames=0)
+        service.publish_weights(version)
+        weights_by_version[version] = [v.numpy() for v in agent.variables]
+    service.close(linger_secs=2.0)
+    for actor in actors:
+        assert processes.wait(actor, 30) == 0, processes.log(actor)
+        assert "learner finished" in processes.log(actor)
+
+    starts = collections.defaultdict(collections.Counter)
+    ends = collections.defaultdict(collections.Counter)
+    lags = []
+    for learner_version, queued in received:
+        counters = _counter(queued.observation.numpy())  # [T + 1, B]
+        np.testing.assert_array_equal(np.diff(counters, axis=0), 1)
+        tasks = queued.actor_task.numpy()
+        for b, task in enumerate(tasks):
+            starts[task][counters[0, b]] += 1
+            ends[task][counters[-1, b]] += 1
+        versions = queued.weight_version.numpy()
+        lags.extend(learner_version - versions)
+        _check_behaviour_logits(agent, queued, versions, weights_by_version)
+
+    assert set(starts) == {0, 1}, "both actors delivered"
+    for task in starts:
+        # Consecutive unrolls of an environment overlap by one step: each one starts where
+        # an earlier one ended, and no environment delivers the same segment twice.
+        for start, count in starts[task].items():
+            assert count <= NUM_ENVS
+            assert start == 0 or ends[task][start] >= count, (task, start)
+    assert max(v for _, q in received[-5:] for v in q.weight_version.numpy()) > 30
+    assert np.mean(lags) < 5, f"policy lag {np.mean(lags)}"
+
+
+def _check_behaviour_logits(agent, queued, versions, weights_by_version):
+    """The logits that chose steps 1..T are the network's under the version they are tagged
+    with: the actor really acted with the learner's published weights."""
+    current = [v.numpy() for v in agent.variables]
+    for b, version in enumerate(versions):
+        for variable, value in zip(agent.variables, weights_by_version[version], strict=True):
+            variable.assign(value)
+        outputs, _ = agent.unroll(
+            networks.AgentInput(
+                queued.prev_action[:, b : b + 1],
+                queued.reward[:, b : b + 1],
+                queued.done[:, b : b + 1],
+                queued.observation[:, b : b + 1],
+            ),
+            (),
+        )
+        np.testing.assert_allclose(
+            outputs.policy_logits[1:, 0], queued.policy_logits[1:, b], atol=1e-4
+        )
+    for variable, value in zip(agent.variables, current, strict=True):
+        variable.assign(value)
+
+
+def _run_local(tmp_path, *flags, timeout=300):
+    runs = tmp_path / "runs"
+    completed = subprocess.run(
+        [sys.executable, "-u", "run_local.py", f"--runs_dir={runs}", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    (run_dir,) = [runs / name for name in os.listdir(runs)]
+    return completed, run_dir
+
+
+def _summaries(run_dir):
+    return [
+        json.loads((run_dir / name).read_text())
+        for name in sorted(os.listdir(run_dir))
+        if name.startswith("learner_")
+    ]
+
+
+def _processes_of(run_dir):
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(run_dir) in line]
+
+
+def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(tmp_path):
+    completed, run_dir = _run_local(
+        tmp_path,
+        "--num_learners=2",
+        "--num_actors=2",
+        f"--level_name={COUNTER}",
+        "--agent_name=MLPAgent",
+        f"--unroll_length={UNROLL_LENGTH}",
+        "--batch_size=4",
+        "--num_envs_per_actor=2",
+        "--total_environment_frames=1200",
+        "--learning_rate=0.01",
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    first, second = _summaries(run_dir)
+    # 1200 frames / (2 learners x 4 trajectories x 5 steps) = 30 steps on each learner.
+    assert first["steps"] == second["steps"] == 30
+    assert first["frames"] == second["frames"] == 1200
+    assert first["weights_sha256"] == second["weights_sha256"]
+    assert set(first["trajectories_by_actor"]) == {"0"}
+    assert set(second["trajectories_by_actor"]) == {"1"}
+    assert "done: 1.2k frames" in completed.stdout
+    assert _processes_of(run_dir) == []
+
+
+def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_actor_dies(
+    processes, tmp_path
+):
+    (port,) = free_ports(1)
+    common = [f"--unroll_length={UNROLL_LENGTH}", "--batch_size=6", "--learning_rate=0.01"]
+    learner_process = processes.experiment(
+        "learner",
+        "--job_name=learner",
+        f"--learner_hosts=localhost:{port}",
+        f"--level_name={COUNTER}",
+        "--agent_name=MLPAgent",
+        "--total_environment_frames=3000",
+        f"--logdir={tmp_path}",
+        *common,
+    )
+    good = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in (0, 1)]
+    wrong_network = processes.experiment(
+        "wrong_network", *_actor_flags(port, 2, "--agent_name=ShallowConvNetAgent")
+    )
+    wrong_level = processes.experiment(
+        "wrong_level", *_actor_flags(port, 3, "--level_name=CartPole-v1")
+    )
+    assert processes.wait(wrong_network, 120) == 2
+    assert "agent_name: actor has 'ShallowConvNetAgent', learner has 'MLPAgent'" in processes.log(
+        wrong_network
+    )
+    assert processes.wait(wrong_level, 120) == 2
+    log = processes.log(wrong_level)
+    assert f"level_name: actor has 'CartPole-v1', learner has '{COUNTER}'" in log
+    assert "observation_shape: actor has [4], learner has [84, 84, 4]" in log
+
+    # One good actor dies; the learner finishes its budget with the other.
+    wait_until(lambda: "step" in processes.log(learner_process), 120, "learner never stepped")
+    good[0].kill()
+    assert processes.wait(learner_process, 180) == 0, processes.log(learner_process)
+    assert processes.wait(good[1], 30) == 0
+    summary = json.loads((tmp_path / "learner_0.json").read_text())
+    assert summary["frames"] >= 3000
+    assert summary["trajectories_by_actor"]["1"] > 0
+    assert "2" not in summary["trajectories_by_actor"]
+    assert "3" not in summary["trajectories_by_actor"]
+
+
+def test_an_actor_waits_for_its_learner_and_gives_up_with_a_clear_message(processes):
+    (port,) = free_ports(1)
+    actor = processes.experiment("actor", *_actor_flags(port, 0, "--connect_timeout_secs=3"))
+    assert processes.wait(actor, 60) == 1
+    assert f"no learner answered at localhost:{port} within 3 s" in processes.log(actor)
+
+
+def test_cartpole_learns_through_the_distributed_path(tmp_path):
+    started = time.monotonic()
+    completed, run_dir = _run_local(
+        tmp_path,
+        "--num_learners=1",
+        "--num_actors=2",
+        "--level_name=CartPole-v1",
+        "--agent_name=MLPAgent",
+        "--num_envs_per_actor=8",
+        "--batch_size=16",
+        "--total_environment_frames=150000",
+        "--learning_rate=0.005",
+        "--seed=1",
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    (summary,) = _summaries(run_dir)
+    assert summary["episodes"] >= 20
+    assert summary["mean_return"] >= 200, (summary, time.monotonic() - started)
