@@ -1,0 +1,165 @@
+"""Throughput of each stage and of the whole system, measured in one run on this machine.
+
+  python benchmarks/throughput.py                    # Pong, shallow net, the make-train set-up
+  python benchmarks/throughput.py --e2e_frames=1e6   # a longer end-to-end measurement
+
+Prints, in agent steps/s and emulator frames/s:
+  env        one actor's vector of environments stepped with random actions;
+  inference  the policy on one actor's batch of observations;
+  train      the learner's optimisation step on a [T + 1, B] batch;
+  ceiling    what a pipeline doing the three one after another on this machine could reach,
+             1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
+  end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
+             steady state after start-up, and its fraction of the ceiling.
+The stages are measured alone, each with the whole machine; end to end they share it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+import environments
+import learner
+import networks
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "Environment.")
+flags.DEFINE_string("agent_name", "ShallowConvNetAgent", "Network.")
+flags.DEFINE_integer("num_envs_per_actor", 16, "Environments per actor (as in make train).")
+flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
+flags.DEFINE_integer("batch_size", 32, "Learner batch.")
+flags.DEFINE_integer("unroll_length", 20, "Unroll length.")
+flags.DEFINE_float("seconds", 10.0, "How long each stage is measured.")
+flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _timed(step, seconds: float, warmup: int = 3) -> float:
+    """Calls per second of `step`, after a few untimed calls (tracing, caches)."""
+    for _ in range(warmup):
+        step()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        calls += 1
+    return calls / (time.perf_counter() - start)
+
+
+def measure_env(level: str, num_envs: int, seconds: float):
+    """Agent steps/s of one actor's environments with random actions, and their specs."""
+    config = environments.EnvConfig(level_name=level, num_envs=num_envs)
+    with environments.make_environment(config) as env:
+        env.reset()
+        rng = np.random.default_rng(0)
+
+        def step():
+            env.step(rng.integers(0, env.num_actions, num_envs))
+
+        rate = _timed(step, seconds) * num_envs
+        return (
+            rate,
+            env.num_actions,
+            env.observation_shape,
+            env.observation_dtype,
+            env.frames_per_step,
+        )
+
+
+def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> float:
+    """Observations/s through the policy, batched as an actor batches them."""
+    inputs = networks.dummy_inputs(shape, dtype, batch_size=num_envs)
+    state = agent.initial_state(num_envs)
+    policy = tf.function(lambda i, s: agent(i, s))
+
+    def step():
+        output, _ = policy(inputs, state)
+        output.policy_logits.numpy()
+
+    return _timed(step, seconds) * num_envs
+
+
+def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: float) -> float:
+    """Agent steps/s consumed by the optimisation step (T x B per step)."""
+    steps, batch = config.unroll_length + 1, config.batch_size
+    rng = np.random.default_rng(0)
+    observation = rng.integers(0, 255, (steps, batch, *shape)).astype(dtype)
+    data = learner.Batch(
+        agent_state=agent.initial_state(batch),
+        prev_action=np.zeros((steps, batch), np.int32),
+        reward=rng.normal(size=(steps, batch)).astype(np.float32),
+        done=np.zeros((steps, batch), bool),
+        observation=observation,
+        action=np.zeros((steps, batch), np.int32),
+        policy_logits=np.zeros((steps, batch, agent.num_actions), np.float32),
+    )
+    trainer = learner.Learner(agent, config)
+    return _timed(lambda: trainer.step(data, frames=0), seconds) * config.unroll_length * batch
+
+
+def measure_end_to_end(frames: float) -> dict:
+    """Runs run_local.py with the make-train set-up; returns the learner's summary."""
+    with tempfile.TemporaryDirectory() as runs:
+        argv = [
+            sys.executable,
+            "run_local.py",
+            f"--runs_dir={runs}",
+            f"--level_name={FLAGS.level_name}",
+            f"--agent_name={FLAGS.agent_name}",
+            f"--num_actors={FLAGS.num_actors}",
+            f"--num_envs_per_actor={FLAGS.num_envs_per_actor}",
+            f"--batch_size={FLAGS.batch_size}",
+            f"--unroll_length={FLAGS.unroll_length}",
+            f"--total_environment_frames={frames}",
+        ]
+        subprocess.run(argv, cwd=_ROOT, check=True, stdout=subprocess.DEVNULL)
+        (run_dir,) = os.listdir(runs)
+        with open(os.path.join(runs, run_dir, "learner_0.json")) as f:
+            return json.load(f)
+
+
+def main(argv):
+    del argv
+    print(
+        f"{FLAGS.level_name}, {FLAGS.agent_name}, {os.cpu_count()} CPUs, "
+        f"{FLAGS.num_envs_per_actor} envs per actor, batch {FLAGS.batch_size} x "
+        f"unroll {FLAGS.unroll_length}"
+    )
+    env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
+        FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.seconds
+    )
+    agent = networks.make_agent(FLAGS.agent_name, num_actions)
+    networks.build_variables(agent, shape, dtype)
+    inference_rate = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
+    config = learner.LearnerConfig(batch_size=FLAGS.batch_size, unroll_length=FLAGS.unroll_length)
+    train_rate = measure_train(agent, shape, dtype, config, FLAGS.seconds)
+    ceiling = 1.0 / (1.0 / env_rate + 1.0 / inference_rate + 1.0 / train_rate)
+    summary = measure_end_to_end(FLAGS.e2e_frames)
+    e2e = summary["frames_per_second_steady"] / frames_per_step
+
+    def row(name, steps_per_second):
+        frames = steps_per_second * frames_per_step
+        print(f"  {name:<24} {steps_per_second:>9,.0f} agent steps/s {frames:>10,.0f} frames/s")
+
+    row("env (random actions)", env_rate)
+    row("inference", inference_rate)
+    row("train step", train_rate)
+    row("ceiling 1/(sum of 1/x)", ceiling)
+    row("end to end (steady)", e2e)
+    print(f"  end to end / ceiling      {e2e / ceiling:.2f}")
+
+
+if __name__ == "__main__":
+    app.run(main)
