@@ -13,7 +13,7 @@ ARGS ?=
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-k vtrace"
 PYTEST_ARGS ?=
 
-.PHONY: setup train test lint format clean
+.PHONY: setup train test lint format bench clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,9 @@ test: lint
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+bench: $(STAMP)
+	$(PY) benchmarks/throughput.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

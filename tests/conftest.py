@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+# TensorFlow's C++ info logs (oneDNN notices, RPC servers shutting down) would bury test output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
