@@ -6,8 +6,11 @@ process runs; what it runs comes from here, so that tests can compare the comman
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+
+from workers_csv import Worker
 
 # Flags a launcher sets per process; the user's copies of these are not forwarded.
 PER_PROCESS_FLAGS = frozenset({"job_name", "task", "learner_hosts", "actor_hosts"})
@@ -107,3 +110,180 @@ def mpirun_command(
 def shell_line(argv: Sequence[str]) -> str:
     """The command as one line a shell reads back into the same argv."""
     return shlex.join(argv)
+
+
+# ---- Multi-host runs from a workers CSV -------------------------------------------------------
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One tmux window: a process of the run (or the mpirun that starts all learners)."""
+
+    name: str
+    command: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """What the run starts on one host: a tmux session with one window per process.
+
+    Attributes:
+      worker: the first CSV row naming this host (how to reach it: SSH port, user, key).
+      workers: every CSV row on this host (checked before the run starts).
+      local: whether the host is this machine (reached through local tmux, not SSH).
+      session: the tmux session, named after the run.
+      windows: its windows, in start order.
+      files: files to write on the host before starting (path -> content).
+    """
+
+    worker: Worker
+    workers: tuple[Worker, ...]
+    local: bool
+    session: str
+    windows: tuple[Window, ...]
+    files: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def host(self) -> str:
+        return self.worker.host
+
+
+def session_name(run_name: str) -> str:
+    """The tmux session of a run on every host: status and stop find the run by it."""
+    return "impala_" + "".join(c if c.isalnum() or c in "-_" else "_" for c in run_name)
+
+
+def learner_ranks(workers: Sequence[Worker]) -> list[Worker]:
+    """Learners in rank order: mpirun fills each host's slots before the next host's, so ranks
+    are grouped by host, hosts in the order they first appear in the CSV."""
+    learners = [w for w in workers if w.job == "learner"]
+    first_seen = {}
+    for worker in learners:
+        first_seen.setdefault(worker.host, len(first_seen))
+    return sorted(learners, key=lambda w: (first_seen[w.host], w.line))
+
+
+def plan_run(
+    workers: Sequence[Worker],
+    flags: Sequence[str],
+    run_name: str,
+    local_hosts: frozenset[str] = LOCAL_HOSTS,
+    accept_unknown_host_keys: bool = False,
+) -> list[HostPlan]:
+    """Every host's tmux session and the exact command of each window.
+
+    Learners start with one mpirun in a window `learners` on the first learner host; it reaches
+    the other learner hosts over SSH with a generated ssh config. Actors each get a window
+    `actor_<task>` on their host. Every process gets the same hyperparameter `flags`.
+    """
+    learners = learner_ranks(workers)
+    actors = [w for w in workers if w.job == "actor"]
+    learner_hosts = [w.address for w in learners]
+    actor_hosts = [w.host for w in actors]
+    log_dir = f"runs/{run_name}"
+    run_flags = [*flags, f"--logdir={log_dir}"]
+    windows: dict[str, list[Window]] = {}
+    files: dict[str, list[tuple[str, str]]] = {}
+    first = learners[0]
+
+    ssh_config_path = f"{first.workdir}/{log_dir}/ssh_config"
+    remote_learners = [w for w in learners if w.host != first.host]
+    mpirun_extra = ["--mca", "plm_rsh_args", f"-F {ssh_config_path}"] if remote_learners else []
+    if remote_learners:
+        files.setdefault(first.host, []).append(
+            (ssh_config_path, ssh_config(remote_learners, accept_unknown_host_keys))
+        )
+    learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
+    windows.setdefault(first.host, []).append(
+        Window("learners", _in_workdir(first.workdir, log_dir, learner_line, "learners"))
+    )
+    for actor in actors:
+        argv = actor_command(
+            actor.python, "experiment.py", actor.task, learner_hosts, actor_hosts, run_flags
+        )
+        line = shell_line(["env", f"CUDA_VISIBLE_DEVICES={actor.cuda_visible_devices}", *argv])
+        windows.setdefault(actor.host, []).append(
+            Window(actor.name, _in_workdir(actor.workdir, log_dir, line, actor.name))
+        )
+
+    by_host: dict[str, list[Worker]] = {}
+    for worker in workers:
+        by_host.setdefault(worker.host, []).append(worker)
+    return [
+        HostPlan(
+            worker=by_host[host][0],
+            workers=tuple(by_host[host]),
+            local=host in local_hosts,
+            session=session_name(run_name),
+            windows=tuple(host_windows),
+            files=tuple(files.get(host, ())),
+        )
+        for host, host_windows in windows.items()
+    ]
+
+
+def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:
+    """One mpirun, one app context per learner: each with its own workdir, python and GPUs."""
+    slots: dict[str, int] = {}
+    for worker in learners:
+        slots[worker.host] = slots.get(worker.host, 0) + 1
+    argv = [
+        "mpirun",
+        "-H",
+        ",".join(f"{h}:{n}" for h, n in slots.items()),
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "-x",
+        "PYTHONUNBUFFERED=1",
+        *extra,
+    ]
+    if learners[0].ssh_user == "root":
+        argv.append("--allow-run-as-root")
+    contexts = []
+    for worker in learners:
+        command = learner_command(worker.python, "experiment.py", learner_hosts, actor_hosts, flags)
+        contexts.append(
+            [
+                "-np",
+                "1",
+                "-wdir",
+                worker.workdir,
+                "-x",
+                f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}",
+                *command,
+            ]
+        )
+    for index, context in enumerate(contexts):
+        argv += ([":"] if index else []) + context
+    return shell_line(argv)
+
+
+def _in_workdir(workdir: str, log_dir: str, line: str, name: str) -> str:
+    """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status."""
+    script = (
+        f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} && "
+        f"{line} 2>&1 | tee -a {shlex.quote(f'{log_dir}/{name}.log')}"
+    )
+    return shell_line(["bash", "-o", "pipefail", "-c", script])
+
+
+def ssh_config(hosts: Sequence[Worker], accept_unknown_host_keys: bool) -> str:
+    """The ssh config mpirun uses to reach the other learner hosts: never a password prompt,
+    host keys checked against known_hosts unless the user accepted unknown ones."""
+    lines = []
+    for worker in hosts:
+        lines += [
+            f"Host {worker.host}",
+            f"  HostName {worker.host}",
+            f"  Port {worker.ssh_port}",
+            f"  User {worker.ssh_user}",
+            "  BatchMode yes",
+            f"  StrictHostKeyChecking {'accept-new' if accept_unknown_host_keys else 'yes'}",
+        ]
+        if worker.ssh_key:
+            lines.append(f"  IdentityFile {worker.ssh_key}")
+    return "\n".join(lines) + "\n"

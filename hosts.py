@@ -1,0 +1,384 @@
+"""Reaching hosts: local tmux through libtmux, remote hosts through SSH (paramiko) running tmux.
+
+Both kinds run the same tmux command lists, built by the pure `tmux_*` functions below. A run is
+one tmux session per host; stopping it stops that session's processes and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+
+import libtmux
+import paramiko
+
+import launcher
+
+_STATUS_FORMAT = "#{window_name}\t#{pane_dead}\t#{pane_dead_status}"
+
+
+class HostError(RuntimeError):
+    """Something failed on a host; the message names the host."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowStatus:
+    name: str
+    alive: bool
+    exit_status: str
+    last_line: str
+
+
+# ---- tmux command lists (pure) -----------------------------------------------------------------
+
+
+def tmux_new_window(session: str, window: launcher.Window, first: bool) -> list[str]:
+    """Creates the session (first window) or a window in it, keeping the pane after its process
+    exits so that status can show how it ended. One tmux command list: nothing can exit between
+    the window's creation and the option being set."""
+    create = (
+        ["new-session", "-d", "-s", session, "-n", window.name]
+        if first
+        else ["new-window", "-d", "-t", f"{session}:", "-n", window.name]
+    )
+    return [
+        *create,
+        window.command,
+        ";",
+        "set-option",
+        "-w",
+        "-t",
+        f"{session}:{window.name}",
+        "remain-on-exit",
+        "on",
+    ]
+
+
+def tmux_has_session(session: str) -> list[str]:
+    # "=" makes tmux match the name exactly, not as a prefix of another session's name.
+    return ["has-session", "-t", f"={session}"]
+
+
+def tmux_list_windows(session: str) -> list[str]:
+    return ["list-panes", "-s", "-t", f"={session}", "-F", _STATUS_FORMAT]
+
+
+def tmux_last_lines(session: str, window: str) -> list[str]:
+    # -J joins lines the pane wrapped, so a long progress line comes back whole.
+    return ["capture-pane", "-p", "-J", "-t", f"={session}:{window}"]
+
+
+def tmux_interrupt(session: str, window: str) -> list[str]:
+    return ["send-keys", "-t", f"={session}:{window}", "C-c"]
+
+
+def tmux_kill_session(session: str) -> list[str]:
+    return ["kill-session", "-t", f"={session}"]
+
+
+def parse_status(listing: str) -> list[tuple[str, bool, str]]:
+    """(window, alive, exit status) from `tmux_list_windows` output."""
+    rows = []
+    for line in listing.splitlines():
+        name, dead, status = [*line.split("\t"), "", "", ""][:3]
+        rows.append((name, dead != "1", status))
+    return rows
+
+
+def summary_line(screen: str) -> str:
+    """The line that best says how a process is doing: its last progress line (frames), else
+    its last line."""
+    lines = [line.strip() for line in screen.splitlines() if line.strip()]
+    progress = [line for line in lines if " frames " in f" {line} "]
+    return (progress or lines or [""])[-1]
+
+
+# ---- Hosts -------------------------------------------------------------------------------------
+
+
+class Host:
+    """A host of the run: runs shell and tmux commands, writes files."""
+
+    name: str
+
+    def tmux(self, args: Sequence[str]) -> tuple[int, str]:
+        raise NotImplementedError
+
+    def shell(self, command: str) -> tuple[int, str]:
+        raise NotImplementedError
+
+    def write_file(self, path: str, content: str) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def check_tmux(self, args: Sequence[str], what: str) -> str:
+        code, output = self.tmux(args)
+        if code != 0:
+            raise HostError(f"{self.name}: {what} failed: {output.strip() or f'exit {code}'}")
+        return output
+
+
+class LocalHost(Host):
+    """This machine: tmux through libtmux, no SSH."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._server = libtmux.Server()
+
+    def tmux(self, args: Sequence[str]) -> tuple[int, str]:
+        result = self._server.cmd(*args)
+        return result.returncode, "\n".join(result.stdout + result.stderr)
+
+    def shell(self, command: str) -> tuple[int, str]:
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+        return done.returncode, done.stdout + done.stderr
+
+    def write_file(self, path: str, content: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(content)
+
+
+class SshHost(Host):
+    """A remote host over SSH: keys or the SSH agent only, host keys checked."""
+
+    def __init__(self, worker, accept_unknown_host_keys: bool, timeout: float = 15.0):
+        self.name = worker.host
+        self._client = paramiko.SSHClient()
+        self._client.load_system_host_keys()
+        known_hosts = os.path.expanduser("~/.ssh/known_hosts")
+        if os.path.exists(known_hosts):
+            self._client.load_host_keys(known_hosts)
+        self._client.set_missing_host_key_policy(
+            paramiko.AutoAddPolicy() if accept_unknown_host_keys else paramiko.RejectPolicy()
+        )
+        try:
+            self._client.connect(
+                worker.host,
+                port=worker.ssh_port,
+                username=worker.ssh_user,
+                key_filename=worker.ssh_key or None,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                allow_agent=True,
+                look_for_keys=not worker.ssh_key,
+            )
+        except paramiko.BadHostKeyException:
+            raise HostError(
+                f"{worker.host}:{worker.ssh_port}: its host key differs from the one in "
+                "known_hosts (refusing to connect)"
+            ) from None
+        except paramiko.SSHException as error:
+            raise HostError(
+                f"{worker.host}:{worker.ssh_port}: SSH as {worker.ssh_user} failed: {error}"
+                + (
+                    ""
+                    if "known_hosts" not in str(error) and "not found" not in str(error)
+                    else " (add its key to known_hosts, or pass --accept_unknown_host_keys)"
+                )
+            ) from None
+        except OSError as error:
+            raise HostError(
+                f"{worker.host}:{worker.ssh_port}: unreachable: {error.strerror or error}"
+            ) from None
+
+    def tmux(self, args: Sequence[str]) -> tuple[int, str]:
+        return self.shell(shlex.join(["tmux", *args]))
+
+    def shell(self, command: str) -> tuple[int, str]:
+        _, stdout, stderr = self._client.exec_command(command, timeout=60)
+        output = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
+        return stdout.channel.recv_exit_status(), output
+
+    def write_file(self, path: str, content: str) -> None:
+        self.shell(f"mkdir -p {shlex.quote(os.path.dirname(path))}")
+        with self._client.open_sftp() as sftp, sftp.open(path, "w") as f:
+            f.write(content)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def connect(plan: launcher.HostPlan, accept_unknown_host_keys: bool) -> Host:
+    if plan.local:
+        return LocalHost(plan.host)
+    return SshHost(plan.worker, accept_unknown_host_keys)
+
+
+def _connect_all(plans, accept_unknown_host_keys) -> list[Host]:
+    connected: list[Host] = []
+    try:
+        for plan in plans:
+            connected.append(connect(plan, accept_unknown_host_keys))
+    except HostError:
+        for host in connected:
+            host.close()
+        raise
+    return connected
+
+
+# ---- Actions -----------------------------------------------------------------------------------
+
+
+def start_run(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+    """Checks every host, then starts every window; on any failure, stops what it started."""
+    connected = _connect_all(plans, accept_unknown_host_keys)
+    started: list[tuple[Host, launcher.HostPlan]] = []
+    try:
+        for host, plan in zip(connected, plans, strict=True):
+            _preflight(host, plan)
+        for host, plan in zip(connected, plans, strict=True):
+            for path, content in plan.files:
+                host.write_file(path, content)
+            started.append((host, plan))
+            for index, window in enumerate(plan.windows):
+                host.check_tmux(
+                    tmux_new_window(plan.session, window, first=index == 0),
+                    f"starting {window.name}",
+                )
+            print(
+                f"{plan.host}: started {', '.join(w.name for w in plan.windows)} "
+                f"in tmux session {plan.session}"
+            )
+    except HostError:
+        for host, plan in started:
+            _stop_session(host, plan.session, timeout=10.0)
+        raise
+    finally:
+        for host in connected:
+            host.close()
+    print(
+        "watch:  --action=status    stop:  --action=stop    "
+        f"attach on a host:  tmux attach -t {plans[0].session}"
+    )
+    return 0
+
+
+def _preflight(host: Host, plan: launcher.HostPlan) -> None:
+    """Everything that can be checked before anything starts on any host."""
+    code, output = host.tmux(["-V"])
+    if code != 0:
+        raise HostError(f"{host.name}: tmux is not usable: {output.strip()}")
+    if host.tmux(tmux_has_session(plan.session))[0] == 0:
+        raise HostError(
+            f"{host.name}: tmux session {plan.session} exists already: a run of this name is "
+            "running (stop it with --action=stop, or choose another --run_name)"
+        )
+    for worker in plan.workers:
+        code, output = host.shell(_check_worker_command(worker))
+        if code != 0:
+            lines = output.strip().splitlines() or [f"exit {code}"]
+            raise HostError(f"{host.name} ({worker.name}, CSV line {worker.line}): {lines[-1]}")
+
+
+def _check_worker_command(worker) -> str:
+    """A shell command that fails with one line naming what is missing or busy."""
+    checks = [
+        f"test -d {shlex.quote(worker.workdir)} || "
+        f"{{ echo 'workdir {worker.workdir} does not exist'; exit 1; }}",
+        f"test -x {shlex.quote(worker.python)} || "
+        f"{{ echo 'python {worker.python} is not an executable (run make setup there)'; exit 1; }}",
+    ]
+    if worker.job == "learner":
+        probe = (
+            "import socket, sys\n"
+            "s = socket.socket()\n"
+            f"try: s.bind(({worker.host!r}, {worker.tf_port}))\n"
+            f"except OSError as e: sys.exit('tf_port {worker.tf_port} on {worker.host}: ' + str(e))"
+        )
+        checks.append(f"{shlex.quote(worker.python)} -c {shlex.quote(probe)}")
+    return " && ".join(checks)
+
+
+def print_status(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+    """Prints one row per process window: host, window, alive or dead, its last log line."""
+    rows = [("host", "process", "state", "last line")]
+    for plan in plans:
+        try:
+            host = connect(plan, accept_unknown_host_keys)
+        except HostError as error:
+            rows += [(plan.host, w.name, "unreachable", str(error)) for w in plan.windows]
+            continue
+        try:
+            rows += [(plan.host, s.name, _state(s), s.last_line) for s in _statuses(host, plan)]
+        finally:
+            host.close()
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[3][:100]
+        )
+    return 0
+
+
+def _state(status: WindowStatus) -> str:
+    if status.alive:
+        return "alive"
+    return "not started" if status.exit_status == "missing" else f"dead ({status.exit_status})"
+
+
+def _statuses(host: Host, plan: launcher.HostPlan) -> list[WindowStatus]:
+    code, listing = host.tmux(tmux_list_windows(plan.session))
+    found = (
+        {name: (alive, status) for name, alive, status in parse_status(listing)}
+        if code == 0
+        else {}
+    )
+    statuses = []
+    for window in plan.windows:
+        if window.name not in found:
+            statuses.append(WindowStatus(window.name, False, "missing", ""))
+            continue
+        alive, status = found[window.name]
+        _, screen = host.tmux(tmux_last_lines(plan.session, window.name))
+        statuses.append(WindowStatus(window.name, alive, f"exit {status}", summary_line(screen)))
+    return statuses
+
+
+def stop_run(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+    """Interrupts every window of the run on every host, then removes the sessions."""
+    failures = []
+    for plan in plans:
+        try:
+            host = connect(plan, accept_unknown_host_keys)
+        except HostError as error:
+            failures.append(str(error))
+            continue
+        try:
+            stopped = _stop_session(host, plan.session, timeout=30.0)
+            print(
+                f"{plan.host}: {'stopped' if stopped else 'nothing running in'} "
+                f"tmux session {plan.session}"
+            )
+        finally:
+            host.close()
+    if failures:
+        raise HostError("could not reach every host: " + "; ".join(failures))
+    return 0
+
+
+def _stop_session(host: Host, session: str, timeout: float) -> bool:
+    """Ctrl-C to every window (processes clean up: learners tell actors), wait, then kill."""
+    if host.tmux(tmux_has_session(session))[0] != 0:
+        return False
+    code, listing = host.tmux(tmux_list_windows(session))
+    for name, alive, _ in parse_status(listing):
+        if alive:
+            host.tmux(tmux_interrupt(session, name))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, listing = host.tmux(tmux_list_windows(session))
+        if code != 0 or not any(alive for _, alive, _ in parse_status(listing)):
+            break
+        time.sleep(0.5)
+    host.tmux(tmux_kill_session(session))
+    return True

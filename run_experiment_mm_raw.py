@@ -1,0 +1,99 @@
+"""Start, watch and stop a multi-host run described by a workers CSV (see sandbox/README.md).
+
+  python run_experiment_mm_raw.py --workers_csv_path=sandbox/local_workers_example.csv \\
+      --level_name=BreakoutNoFrameskip-v4 --agent_name=SimpleConvNetAgent
+  python run_experiment_mm_raw.py --workers_csv_path=... --action=status
+  python run_experiment_mm_raw.py --workers_csv_path=... --action=stop
+  python run_experiment_mm_raw.py --workers_csv_path=... --dry_run
+
+Every process runs in a tmux session named after the run on its host (one window per process),
+so the run does not depend on this machine staying connected. Learners start with one mpirun on
+the first learner host. Hosts that are this machine are driven through local tmux; the others
+over SSH. Every experiment.py flag given here is passed to every process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+import experiment
+import hosts
+import launcher
+import workers_csv
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workers_csv_path", None, "The workers CSV (see sandbox/README.md).")
+flags.DEFINE_enum("action", "start", ["start", "status", "stop"], "What to do with the run.")
+flags.DEFINE_bool("dry_run", False, "Print every command for every host, and exit.")
+flags.DEFINE_string(
+    "run_name", "", "Names the run's tmux sessions and log folder (default: the CSV's name)."
+)
+flags.DEFINE_bool(
+    "accept_unknown_host_keys",
+    False,
+    "Accept SSH host keys not in known_hosts (prints a warning). Off: unknown hosts are refused.",
+)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_name_for(csv_path: str) -> str:
+    return FLAGS.run_name or os.path.splitext(os.path.basename(csv_path))[0]
+
+
+def print_plan(plans: list[launcher.HostPlan]) -> None:
+    for plan in plans:
+        how = (
+            "local tmux"
+            if plan.local
+            else (f"ssh {plan.worker.ssh_user}@{plan.host}:{plan.worker.ssh_port}")
+        )
+        print(f"# {plan.host} ({how}), tmux session {plan.session}")
+        for path, content in plan.files:
+            print(f"write {path}:")
+            print("".join(f"    {line}\n" for line in content.splitlines()), end="")
+        for window in plan.windows:
+            print(f"window {window.name}: {window.command}")
+        print()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS.workers_csv_path:
+        print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
+        return 2
+    try:
+        workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
+        given = {f.name: f.value for f in FLAGS.get_flags_for_module(experiment) if f.present}
+        plans = launcher.plan_run(
+            workers,
+            launcher.forwarded_flags(given),
+            run_name_for(FLAGS.workers_csv_path),
+            accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
+        )
+    except ValueError as error:
+        print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
+        return 2
+    if FLAGS.dry_run:
+        print_plan(plans)
+        return 0
+    if FLAGS.accept_unknown_host_keys:
+        print(
+            "WARNING: --accept_unknown_host_keys: SSH host keys not in known_hosts are "
+            "accepted without verification",
+            file=sys.stderr,
+        )
+    actions = {"start": hosts.start_run, "status": hosts.print_status, "stop": hosts.stop_run}
+    try:
+        return actions[FLAGS.action](plans, accept_unknown_host_keys=FLAGS.accept_unknown_host_keys)
+    except hosts.HostError as error:
+        print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    app.run(main)
