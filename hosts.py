@@ -18,7 +18,9 @@ import paramiko
 
 import launcher
 
-_STATUS_FORMAT = "#{window_name}\t#{pane_dead}\t#{pane_dead_status}"
+# Printable separators: tmux replaces control characters such as a tab when the client has no
+# UTF-8 locale (as over a plain SSH command).
+_STATUS_FORMAT = "#{window_name}|#{pane_dead}|#{pane_dead_status}"
 
 
 class HostError(RuntimeError):
@@ -84,7 +86,7 @@ def parse_status(listing: str) -> list[tuple[str, bool, str]]:
     """(window, alive, exit status) from `tmux_list_windows` output."""
     rows = []
     for line in listing.splitlines():
-        name, dead, status = [*line.split("\t"), "", "", ""][:3]
+        name, dead, status = line.rsplit("|", 2) if line.count("|") >= 2 else (line, "", "")
         rows.append((name, dead != "1", status))
     return rows
 
@@ -148,11 +150,13 @@ class LocalHost(Host):
 class SshHost(Host):
     """A remote host over SSH: keys or the SSH agent only, host keys checked."""
 
-    def __init__(self, worker, accept_unknown_host_keys: bool, timeout: float = 15.0):
+    def __init__(
+        self, worker, accept_unknown_host_keys: bool, known_hosts: str, timeout: float = 15.0
+    ):
         self.name = worker.host
         self._client = paramiko.SSHClient()
         self._client.load_system_host_keys()
-        known_hosts = os.path.expanduser("~/.ssh/known_hosts")
+        known_hosts = os.path.expanduser(known_hosts)
         if os.path.exists(known_hosts):
             self._client.load_host_keys(known_hosts)
         self._client.set_missing_host_key_policy(
@@ -198,25 +202,42 @@ class SshHost(Host):
         return stdout.channel.recv_exit_status(), output
 
     def write_file(self, path: str, content: str) -> None:
-        self.shell(f"mkdir -p {shlex.quote(os.path.dirname(path))}")
-        with self._client.open_sftp() as sftp, sftp.open(path, "w") as f:
-            f.write(content)
+        # Through the shell rather than SFTP, which not every SSH server offers.
+        command = f"mkdir -p {shlex.quote(os.path.dirname(path))} && cat > {shlex.quote(path)}"
+        stdin, stdout, stderr = self._client.exec_command(command, timeout=60)
+        stdin.write(content)
+        stdin.channel.shutdown_write()
+        if stdout.channel.recv_exit_status() != 0:
+            raise HostError(f"{self.name}: writing {path} failed: {stderr.read().decode()}")
 
     def close(self) -> None:
         self._client.close()
 
 
-def connect(plan: launcher.HostPlan, accept_unknown_host_keys: bool) -> Host:
+@dataclasses.dataclass(frozen=True)
+class SshOptions:
+    """How hosts are reached over SSH.
+
+    Attributes:
+      accept_unknown_host_keys: accept host keys not in `known_hosts` (else refuse the host).
+      known_hosts: the known_hosts file to check host keys against.
+    """
+
+    accept_unknown_host_keys: bool = False
+    known_hosts: str = "~/.ssh/known_hosts"
+
+
+def connect(plan: launcher.HostPlan, ssh: SshOptions) -> Host:
     if plan.local:
         return LocalHost(plan.host)
-    return SshHost(plan.worker, accept_unknown_host_keys)
+    return SshHost(plan.worker, ssh.accept_unknown_host_keys, ssh.known_hosts)
 
 
-def _connect_all(plans, accept_unknown_host_keys) -> list[Host]:
+def _connect_all(plans, ssh: SshOptions) -> list[Host]:
     connected: list[Host] = []
     try:
         for plan in plans:
-            connected.append(connect(plan, accept_unknown_host_keys))
+            connected.append(connect(plan, ssh))
     except HostError:
         for host in connected:
             host.close()
@@ -227,9 +248,9 @@ def _connect_all(plans, accept_unknown_host_keys) -> list[Host]:
 # ---- Actions -----------------------------------------------------------------------------------
 
 
-def start_run(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+def start_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
     """Checks every host, then starts every window; on any failure, stops what it started."""
-    connected = _connect_all(plans, accept_unknown_host_keys)
+    connected = _connect_all(plans, ssh)
     started: list[tuple[Host, launcher.HostPlan]] = []
     try:
         for host, plan in zip(connected, plans, strict=True):
@@ -297,12 +318,12 @@ def _check_worker_command(worker) -> str:
     return " && ".join(checks)
 
 
-def print_status(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+def print_status(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
     """Prints one row per process window: host, window, alive or dead, its last log line."""
     rows = [("host", "process", "state", "last line")]
     for plan in plans:
         try:
-            host = connect(plan, accept_unknown_host_keys)
+            host = connect(plan, ssh)
         except HostError as error:
             rows += [(plan.host, w.name, "unreachable", str(error)) for w in plan.windows]
             continue
@@ -344,12 +365,12 @@ def _statuses(host: Host, plan: launcher.HostPlan) -> list[WindowStatus]:
     return statuses
 
 
-def stop_run(plans: list[launcher.HostPlan], accept_unknown_host_keys: bool) -> int:
+def stop_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
     """Interrupts every window of the run on every host, then removes the sessions."""
     failures = []
     for plan in plans:
         try:
-            host = connect(plan, accept_unknown_host_keys)
+            host = connect(plan, ssh)
         except HostError as error:
             failures.append(str(error))
             continue

@@ -150,9 +150,10 @@ class HostPlan:
         return self.worker.host
 
 
-def session_name(run_name: str) -> str:
-    """The tmux session of a run on every host: status and stop find the run by it."""
-    return "impala_" + "".join(c if c.isalnum() or c in "-_" else "_" for c in run_name)
+def session_name(run_name: str, host: str) -> str:
+    """The run's tmux session on `host`: status and stop find the run by it. The host is part
+    of the name because several host names may reach one machine (and one tmux server)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in f"impala_{run_name}_{host}")
 
 
 def learner_ranks(workers: Sequence[Worker]) -> list[Worker]:
@@ -171,6 +172,7 @@ def plan_run(
     run_name: str,
     local_hosts: frozenset[str] = LOCAL_HOSTS,
     accept_unknown_host_keys: bool = False,
+    known_hosts: str = "~/.ssh/known_hosts",
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -189,11 +191,15 @@ def plan_run(
     first = learners[0]
 
     ssh_config_path = f"{first.workdir}/{log_dir}/ssh_config"
-    remote_learners = [w for w in learners if w.host != first.host]
-    mpirun_extra = ["--mca", "plm_rsh_args", f"-F {ssh_config_path}"] if remote_learners else []
-    if remote_learners:
+    mpirun_extra = []
+    if any(w.host != first.host for w in learners):
+        # Every learner host, the first included: mpirun may not recognise the name it runs
+        # under as itself. No tree spawn: only the first host has this config file.
+        mpirun_extra = ["--mca", "plm_rsh_args", f"-F {ssh_config_path}",
+                        "--mca", "plm_rsh_no_tree_spawn", "1"]
+        unique_hosts = list({w.host: w for w in learners}.values())
         files.setdefault(first.host, []).append(
-            (ssh_config_path, ssh_config(remote_learners, accept_unknown_host_keys))
+            (ssh_config_path, ssh_config(unique_hosts, accept_unknown_host_keys, known_hosts))
         )
     learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
     windows.setdefault(first.host, []).append(
@@ -216,7 +222,7 @@ def plan_run(
             worker=by_host[host][0],
             workers=tuple(by_host[host]),
             local=host in local_hosts,
-            session=session_name(run_name),
+            session=session_name(run_name, host),
             windows=tuple(host_windows),
             files=tuple(files.get(host, ())),
         )
@@ -271,7 +277,7 @@ def _in_workdir(workdir: str, log_dir: str, line: str, name: str) -> str:
     return shell_line(["bash", "-o", "pipefail", "-c", script])
 
 
-def ssh_config(hosts: Sequence[Worker], accept_unknown_host_keys: bool) -> str:
+def ssh_config(hosts: Sequence[Worker], accept_unknown_host_keys: bool, known_hosts: str) -> str:
     """The ssh config mpirun uses to reach the other learner hosts: never a password prompt,
     host keys checked against known_hosts unless the user accepted unknown ones."""
     lines = []
@@ -283,6 +289,7 @@ def ssh_config(hosts: Sequence[Worker], accept_unknown_host_keys: bool) -> str:
             f"  User {worker.ssh_user}",
             "  BatchMode yes",
             f"  StrictHostKeyChecking {'accept-new' if accept_unknown_host_keys else 'yes'}",
+            f"  UserKnownHostsFile {known_hosts}",
         ]
         if worker.ssh_key:
             lines.append(f"  IdentityFile {worker.ssh_key}")

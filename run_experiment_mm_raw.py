@@ -14,6 +14,7 @@ over SSH. Every experiment.py flag given here is passed to every process.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -30,6 +31,11 @@ flags.DEFINE_enum("action", "start", ["start", "status", "stop"], "What to do wi
 flags.DEFINE_bool("dry_run", False, "Print every command for every host, and exit.")
 flags.DEFINE_string(
     "run_name", "", "Names the run's tmux sessions and log folder (default: the CSV's name)."
+)
+flags.DEFINE_string(
+    "known_hosts",
+    "~/.ssh/known_hosts",
+    "known_hosts file for SSH host keys, here and for mpirun on the first learner host.",
 )
 flags.DEFINE_bool(
     "accept_unknown_host_keys",
@@ -63,6 +69,7 @@ def print_plan(plans: list[launcher.HostPlan]) -> None:
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.getLogger("paramiko").setLevel(logging.WARNING)
     if not FLAGS.workers_csv_path:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
         return 2
@@ -74,6 +81,7 @@ def main(argv: list[str]) -> int:
             launcher.forwarded_flags(given),
             run_name_for(FLAGS.workers_csv_path),
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
+            known_hosts=FLAGS.known_hosts,
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
@@ -89,7 +97,8 @@ def main(argv: list[str]) -> int:
         )
     actions = {"start": hosts.start_run, "status": hosts.print_status, "stop": hosts.stop_run}
     try:
-        return actions[FLAGS.action](plans, accept_unknown_host_keys=FLAGS.accept_unknown_host_keys)
+        ssh = hosts.SshOptions(FLAGS.accept_unknown_host_keys, FLAGS.known_hosts)
+        return actions[FLAGS.action](plans, ssh)
     except hosts.HostError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
         return 1

@@ -64,9 +64,19 @@ def processes(tmp_path):
     started.kill_all()
 
 
-def wait_until(condition, timeout: float, message: str) -> None:
+def wait_until(condition, timeout: float, message) -> None:
+    """Polls `condition`; fails with `message` (a string, or a callable made when failing)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(message)
+            pytest.fail(message() if callable(message) else message)
         time.sleep(0.1)
+
+
+def read_text(path) -> str:
+    """The file's text, or '' if it does not exist yet."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""

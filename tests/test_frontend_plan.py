@@ -50,8 +50,8 @@ def test_learner_ranks_are_grouped_by_host_in_first_seen_order(tmp_path):
 def test_hosts_sessions_and_windows(tmp_path):
     plans = _plan(tmp_path)
     assert [(p.host, p.session, [w.name for w in p.windows]) for p in plans] == [
-        ("n1", "impala_cluster", ["learners", "actor_1"]),
-        ("n2", "impala_cluster", ["actor_0"]),
+        ("n1", "impala_cluster_n1", ["learners", "actor_1"]),
+        ("n2", "impala_cluster_n2", ["actor_0"]),
     ]
     assert [p.local for p in plans] == [False, False]
     assert [w.line for w in plans[1].workers] == [3, 4]  # both rows on n2 are checked there
@@ -78,7 +78,7 @@ def test_exact_mpirun_line_one_context_per_learner(tmp_path):
     assert _script(n1.windows[0]) == (
         "cd /w && mkdir -p runs/cluster && "
         "mpirun -H n1:2,n2:1 --bind-to none --map-by slot -x PYTHONUNBUFFERED=1 "
-        "--mca plm_rsh_args '-F /w/runs/cluster/ssh_config' "
+        "--mca plm_rsh_args '-F /w/runs/cluster/ssh_config' --mca plm_rsh_no_tree_spawn 1 "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES=0 /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES=1 /w/.venv/bin/python {learner} "
@@ -90,12 +90,19 @@ def test_ssh_config_for_mpirun_checks_host_keys_unless_told_not_to(tmp_path):
     (n1, _) = _plan(tmp_path)
     ((path, content),) = n1.files
     assert path == "/w/runs/cluster/ssh_config"
+    # Every learner host, n1 (where mpirun runs) too; each host once, as its first row says.
     assert content == (
+        "Host n1\n  HostName n1\n  Port 22\n  User alice\n  BatchMode yes\n"
+        "  StrictHostKeyChecking yes\n  UserKnownHostsFile ~/.ssh/known_hosts\n"
         "Host n2\n  HostName n2\n  Port 2222\n  User bob\n  BatchMode yes\n"
-        "  StrictHostKeyChecking yes\n"
+        "  StrictHostKeyChecking yes\n  UserKnownHostsFile ~/.ssh/known_hosts\n"
     )
     (n1, _) = _plan(tmp_path, accept=True)
     assert "StrictHostKeyChecking accept-new" in n1.files[0][1]
+
+
+def test_session_names_are_per_run_and_host():
+    assert launcher.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 
 
 def test_learners_on_one_host_need_no_ssh_config(tmp_path):
@@ -138,7 +145,7 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
 
 
 def test_status_parsing_and_summary_line():
-    listing = "learners\t0\t\nactor_0\t1\t137\n"
+    listing = "learners|0|\nactor_0|1|137\n"
     assert hosts.parse_status(listing) == [("learners", True, ""), ("actor_0", False, "137")]
     screen = "12:00 frames 1k/2M [--] | 900 frames/s\n12:00   step 3 | loss 1.0\n\n"
     assert hosts.summary_line(screen) == "12:00 frames 1k/2M [--] | 900 frames/s"

@@ -1,0 +1,200 @@
+"""The CSV frontend over real SSH: an sshd of the test's own on 127.0.0.2 and 127.0.0.3, two
+"hosts" each with a learner and an actor, Horovod across them, then status and stop."""
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from conftest import ROOT, read_text, wait_until
+
+pytestmark = pytest.mark.slow
+
+HOSTS = ("127.0.0.2", "127.0.0.3")
+SSHD = "/usr/sbin/sshd"
+
+
+def _free_port(host):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """sshd on both addresses, a client key it accepts, and a known_hosts file for it."""
+    if not os.path.exists(SSHD):
+        pytest.fail(f"{SSHD} missing: the set-up installs openssh-server (make setup)")
+    directory = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "client_key", "stranger_key"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / name)], check=True
+        )
+    shutil.copy(directory / "client_key.pub", directory / "authorized_keys")
+    port = _free_port(HOSTS[0])
+    (directory / "sshd_config").write_text(
+        f"Port {port}\n"
+        + "".join(f"ListenAddress {host}\n" for host in HOSTS)
+        + f"HostKey {directory}/host_key\nAuthorizedKeysFile {directory}/authorized_keys\n"
+        f"PidFile {directory}/sshd.pid\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+    )
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+    process = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(directory / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=open(directory / "sshd.log", "w"),  # noqa: SIM115
+    )
+    host_key = (directory / "host_key.pub").read_text().split()[:2]
+    (directory / "known_hosts").write_text(
+        "".join(f"[{host}]:{port} {' '.join(host_key)}\n" for host in HOSTS)
+    )
+    wait_until(lambda: _listening(HOSTS[1], port), 10, "sshd did not start")
+    yield directory, port
+    process.terminate()
+    process.wait()
+
+
+def _listening(host, port):
+    with socket.socket() as s:
+        return s.connect_ex((host, port)) == 0
+
+
+def _csv(tmp_path, port, key, learner_port=None, hosts=HOSTS, ssh_port=None):
+    rows = ["job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices"]
+    user = getpass.getuser()
+    learner_port = learner_port or _free_port(HOSTS[0])
+    for host in hosts:
+        rows.append(f"learner,{host},{learner_port},{ssh_port or port},{user},{key},")
+    for host in hosts:
+        rows.append(f"actor,{host},,{ssh_port or port},{user},{key},")
+    path = tmp_path / "two_hosts.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _frontend(csv_path, known_hosts, run_name, *flags, timeout=180):
+    return subprocess.run(
+        [
+            sys.executable,
+            "run_experiment_mm_raw.py",
+            f"--workers_csv_path={csv_path}",
+            f"--known_hosts={known_hosts}",
+            f"--run_name={run_name}",
+            "--level_name=impala/Counter-v0",
+            "--agent_name=MLPAgent",
+            "--unroll_length=5",
+            "--batch_size=4",
+            "--num_envs_per_actor=2",
+            "--total_environment_frames=1e9",
+            *flags,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def run_name():
+    name = f"test_{uuid.uuid4().hex[:8]}"
+    yield name
+    shutil.rmtree(os.path.join(ROOT, "runs", name), ignore_errors=True)
+    # Whatever a failed test left: its tmux sessions (named after the run) and processes.
+    subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"tmux ls -F '#S' 2>/dev/null | grep {name} | xargs -r -n1 tmux kill-session -t",
+        ],
+        check=False,
+    )
+
+
+def _run_processes(run_name):
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if f"runs/{run_name}" in line]
+
+
+def test_start_status_progress_and_stop_across_two_hosts(sshd, tmp_path, run_name):
+    directory, port = sshd
+    csv_path = _csv(tmp_path, port, directory / "client_key")
+    known_hosts = directory / "known_hosts"
+
+    started = _frontend(csv_path, known_hosts, run_name)
+    assert started.returncode == 0, started.stdout + started.stderr
+    for host in HOSTS:
+        assert f"{host}: started" in started.stdout
+
+    log = os.path.join(ROOT, "runs", run_name, "learners.log")
+    # Rank 0 only steps when rank 1 (on the other host) joins each all-reduce.
+    wait_until(
+        lambda: read_text(log).count("  step ") >= 3,
+        180,
+        lambda: f"no training progress; learners' log:\n{read_text(log)}",
+    )
+    assert "learner 0/2 serving" in read_text(log)
+
+    status = _frontend(csv_path, known_hosts, run_name, "--action=status")
+    assert status.returncode == 0, status.stderr
+    rows = [line.split() for line in status.stdout.splitlines()[1:]]
+    assert sorted((row[0], row[1], row[2]) for row in rows) == [
+        ("127.0.0.2", "actor_0", "alive"),
+        ("127.0.0.2", "learners", "alive"),
+        ("127.0.0.3", "actor_1", "alive"),
+    ]
+    assert any("frames" in line for line in status.stdout.splitlines())
+    assert len(_run_processes(run_name)) >= 4  # two learners, two actors (and mpirun)
+
+    stopped = _frontend(csv_path, known_hosts, run_name, "--action=stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    wait_until(
+        lambda: not _run_processes(run_name),
+        30,
+        lambda: f"left running: {_run_processes(run_name)}",
+    )
+    sessions = subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+    assert run_name not in sessions
+
+
+@pytest.mark.parametrize("problem", ["unreachable", "refused_key", "unknown_host_key", "busy_port"])
+def test_a_bad_host_stops_the_start_before_anything_runs(sshd, tmp_path, run_name, problem):
+    directory, port = sshd
+    known_hosts = directory / "known_hosts"
+    key = directory / "client_key"
+    busy = None
+    if problem == "unreachable":
+        csv_path = _csv(tmp_path, port, key, ssh_port=_free_port(HOSTS[0]))
+        expected = f"{HOSTS[0]}:"
+    elif problem == "refused_key":
+        csv_path = _csv(tmp_path, port, directory / "stranger_key")
+        expected = f"{HOSTS[0]}:{port}: SSH as {getpass.getuser()} failed"
+    elif problem == "unknown_host_key":
+        csv_path = _csv(tmp_path, port, key)
+        known_hosts = tmp_path / "empty_known_hosts"
+        known_hosts.write_text("")
+        expected = f"{HOSTS[0]}:{port}: SSH as {getpass.getuser()} failed"
+    else:
+        busy = socket.socket()
+        busy.bind((HOSTS[1], 0))
+        busy.listen()
+        busy_port = busy.getsockname()[1]
+        csv_path = _csv(tmp_path, port, key, learner_port=busy_port)
+        expected = f"{HOSTS[1]} (learner_1, CSV line 3): tf_port {busy_port} on {HOSTS[1]}"
+    try:
+        result = _frontend(csv_path, known_hosts, run_name, timeout=120)
+    finally:
+        if busy:
+            busy.close()
+    assert result.returncode == 1
+    assert expected in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    time.sleep(1)
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+    assert _run_processes(run_name) == []
