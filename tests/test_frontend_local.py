@@ -1,0 +1,113 @@
+"""The CSV frontend on this machine only: local tmux through libtmux, no SSH."""
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import ROOT, read_text, wait_until
+
+# The example from the original project's README, unchanged but for the CSV path.
+ORIGINAL_EXAMPLE = [
+    "--workers_csv_path=sandbox/local_workers_example.csv",
+    "--level_name=BreakoutNoFrameskip-v4",
+    "--agent_name=SimpleConvNetAgent",
+    "--num_action_repeats=1",
+    "--batch_size=32",
+    "--unroll_length=20",
+    "--entropy_cost=0.01",
+    "--learning_rate=0.0006",
+    "--total_environment_frames=200000000",
+    "--reward_clipping=abs_one",
+    "--gradients_clipping=40.0",
+]
+
+
+def _frontend(*flags, timeout=120):
+    return subprocess.run(
+        [sys.executable, "run_experiment_mm_raw.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def run_name():
+    name = f"test_{uuid.uuid4().hex[:8]}"
+    yield name
+    shutil.rmtree(os.path.join(ROOT, "runs", name), ignore_errors=True)
+    subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"tmux ls -F '#S' 2>/dev/null | grep {name} | xargs -r -n1 tmux kill-session -t",
+        ],
+        check=False,
+    )
+
+
+def test_original_readme_example_plans_the_local_run():
+    result = _frontend(*ORIGINAL_EXAMPLE, "--dry_run")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        lines[0] == "# localhost (local tmux), tmux session impala_local_workers_example_localhost"
+    )
+    windows = [line.split(":")[0] for line in lines if line.startswith("window ")]
+    assert windows == ["window learners", "window actor_0", "window actor_1"]
+    for flag in ORIGINAL_EXAMPLE[1:]:
+        assert result.stdout.count(flag) == 3, flag  # given to the learner and both actors
+
+
+def test_bad_csv_is_one_line_naming_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text(
+        "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices\n"
+        "learner,localhost,99999,22,,,\nactor,localhost,,22,,,\n"
+    )
+    result = _frontend(f"--workers_csv_path={path}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"run_experiment_mm_raw.py: error: {path}:2: tf_port='99999': must be a port number "
+        "in 1-65535"
+    )
+
+
+@pytest.mark.slow
+def test_local_start_status_stop(run_name):
+    flags = [
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--run_name={run_name}",
+        "--level_name=impala/Counter-v0",
+        "--agent_name=MLPAgent",
+        "--unroll_length=5",
+        "--batch_size=4",
+        "--num_envs_per_actor=2",
+        "--total_environment_frames=1e9",
+    ]
+    started = _frontend(*flags)
+    assert started.returncode == 0, started.stdout + started.stderr
+    log = os.path.join(ROOT, "runs", run_name, "learners.log")
+    wait_until(
+        lambda: read_text(log).count("  step ") >= 2,
+        120,
+        lambda: f"no progress; learners' log:\n{read_text(log)}",
+    )
+
+    status = _frontend(*flags, "--action=status")
+    states = {line.split()[1]: line.split()[2] for line in status.stdout.splitlines()[1:]}
+    assert states == {"learners": "alive", "actor_0": "alive", "actor_1": "alive"}
+
+    again = _frontend(*flags)
+    assert again.returncode == 1
+    assert "exists already: a run of this name is running" in again.stderr
+
+    stopped = _frontend(*flags, "--action=stop")
+    assert stopped.returncode == 0, stopped.stderr
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"runs/{run_name}" not in ps
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
