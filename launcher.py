@@ -185,7 +185,9 @@ def plan_run(
     learner_hosts = [w.address for w in learners]
     actor_hosts = [w.host for w in actors]
     log_dir = f"runs/{run_name}"
-    run_flags = [*flags, f"--logdir={log_dir}"]
+    # Learners write their summaries to the run's folder unless the user chose a --logdir.
+    given_logdir = any(flag.startswith("--logdir=") for flag in flags)
+    run_flags = list(flags) if given_logdir else [*flags, f"--logdir={log_dir}"]
     windows: dict[str, list[Window]] = {}
     files: dict[str, list[tuple[str, str]]] = {}
     first = learners[0]
@@ -195,8 +197,14 @@ def plan_run(
     if any(w.host != first.host for w in learners):
         # Every learner host, the first included: mpirun may not recognise the name it runs
         # under as itself. No tree spawn: only the first host has this config file.
-        mpirun_extra = ["--mca", "plm_rsh_args", f"-F {ssh_config_path}",
-                        "--mca", "plm_rsh_no_tree_spawn", "1"]
+        mpirun_extra = [
+            "--mca",
+            "plm_rsh_args",
+            f"-F {ssh_config_path}",
+            "--mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+        ]
         unique_hosts = list({w.host: w for w in learners}.values())
         files.setdefault(first.host, []).append(
             (ssh_config_path, ssh_config(unique_hosts, accept_unknown_host_keys, known_hosts))

@@ -101,6 +101,16 @@ def test_ssh_config_for_mpirun_checks_host_keys_unless_told_not_to(tmp_path):
     assert "StrictHostKeyChecking accept-new" in n1.files[0][1]
 
 
+def test_a_users_logdir_is_kept(tmp_path):
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    plans = launcher.plan_run(workers, ["--logdir=/data/impala"], "cluster")
+    for plan in plans:
+        for window in plan.windows:
+            assert window.command.count("--logdir=") == window.command.count("--logdir=/data")
+
+
 def test_session_names_are_per_run_and_host():
     assert launcher.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 
