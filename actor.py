@@ -21,42 +21,44 @@ import environments
 import networks
 
 
-class Unroll(NamedTuple):
-    """A trajectory segment from one actor, time-major.
+class Steps(NamedTuple):
+    """Per-time-step fields of trajectories, time-major.
+
+    Each field is [T + 1, B, ...] in an unroll or a batch (as below) and [B, ...] for one step,
+    a numpy array or, on the learner, a tensor.
 
     Attributes:
-      agent_state: the agent's core state before step 0, a nest of [B, ...] arrays (`()` for
-        feed-forward agents).
       prev_action: [T + 1, B] int32 action taken before each observation.
       reward: [T + 1, B] float32 raw reward of the transition into each observation.
       done: [T + 1, B] bool, True where the observation starts a new episode.
       observation: [T + 1, B, ...] observations.
       action: [T + 1, B] int32 actions chosen by the behaviour policy.
       policy_logits: [T + 1, B, NUM_ACTIONS] float32 behaviour-policy logits.
+    """
+
+    prev_action: np.ndarray | tf.Tensor
+    reward: np.ndarray | tf.Tensor
+    done: np.ndarray | tf.Tensor
+    observation: np.ndarray | tf.Tensor
+    action: np.ndarray | tf.Tensor
+    policy_logits: np.ndarray | tf.Tensor
+
+
+class Unroll(NamedTuple):
+    """A trajectory segment from one actor, time-major.
+
+    Attributes:
+      agent_state: the agent's core state before step 0, a nest of [B, ...] arrays (`()` for
+        feed-forward agents).
+      steps: the T + 1 time steps, [T + 1, B, ...] numpy arrays.
       weight_version: the learner's weight version that chose actions 1..T. Action 0 is the
         previous unroll's last action, so it may come from the version before; V-trace corrects
-        for it either way, since `policy_logits` are those that really chose each action.
+        for it either way, since `steps.policy_logits` are those that really chose each action.
     """
 
     agent_state: Any
-    prev_action: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    observation: np.ndarray
-    action: np.ndarray
-    policy_logits: np.ndarray
+    steps: Steps
     weight_version: int
-
-
-class _Step(NamedTuple):
-    """One time step for the whole vector of environments, [B, ...] arrays."""
-
-    prev_action: np.ndarray
-    reward: np.ndarray
-    done: np.ndarray
-    observation: np.ndarray
-    action: np.ndarray
-    policy_logits: np.ndarray
 
 
 class Actor:
@@ -111,11 +113,11 @@ class Actor:
     def unroll(self) -> Unroll:
         """Steps the environments T times and returns the T + 1 step unroll."""
         initial_state = tf.nest.map_structure(lambda t: t.numpy(), self._core_state_before_last)
-        steps = [self._last_step]
+        time_steps = [self._last_step]
         for _ in range(self._unroll_length):
-            previous = steps[-1]
+            previous = time_steps[-1]
             env_output = self._env.step(previous.action)
-            steps.append(
+            time_steps.append(
                 self._act(
                     prev_action=previous.action,
                     reward=env_output.reward,
@@ -123,17 +125,18 @@ class Actor:
                     observation=env_output.observation,
                 )
             )
-        self._last_step = steps[-1]
-        stacked = _Step(*(np.stack(field) for field in zip(*steps, strict=True)))
+        self._last_step = time_steps[-1]
         return Unroll(
-            agent_state=initial_state, weight_version=self.weight_version, **stacked._asdict()
+            agent_state=initial_state,
+            steps=Steps(*(np.stack(field) for field in zip(*time_steps, strict=True))),
+            weight_version=self.weight_version,
         )
 
     def pop_episode_stats(self) -> list[environments.EpisodeStats]:
         """Episodes that really finished (whole games) since the last call."""
         return self._env.pop_episode_stats()
 
-    def _act(self, prev_action, reward, done, observation) -> _Step:
+    def _act(self, prev_action, reward, done, observation) -> Steps:
         # The state before this step is what the learner must start from if this step opens
         # the next unroll.
         self._core_state_before_last = self._core_state
@@ -144,7 +147,7 @@ class Actor:
             observation=tf.constant(observation),
         )
         action, logits, self._core_state = self._policy(inputs, self._core_state)
-        return _Step(
+        return Steps(
             prev_action=np.asarray(prev_action, np.int32),
             reward=np.asarray(reward, np.float32),
             done=np.asarray(done, bool),

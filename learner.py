@@ -1,6 +1,6 @@
 """The learner's maths: the IMPALA loss on a batch of unrolls and one optimisation step.
 
-Shapes follow `actor.Unroll`, batched along axis 1: a batch is `[T + 1, B, ...]`, where B counts
+Shapes follow `actor.Unroll`, batched: a batch's steps are `[T + 1, B, ...]`, where B counts
 environment trajectories. The loss terms are sums over time and batch, as in the IMPALA paper's
 code, so the paper's learning rates apply unchanged.
 """
@@ -8,7 +8,7 @@ code, so the paper's learning rates apply unchanged.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import networks
 import vtrace
+from actor import Steps, Unroll
 
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 
@@ -70,44 +71,27 @@ def _require(ok: bool, flag: str, value: Any, what: str) -> None:
 
 
 class Batch(NamedTuple):
-    """What the train step consumes: `actor.Unroll` fields batched along axis 1.
+    """What the train step consumes: `actor.Unroll`s batched along the batch axis.
 
     Attributes:
       agent_state: core state before step 0, nest of [B, ...].
-      prev_action: [T + 1, B] int32.
-      reward: [T + 1, B] float32 raw rewards.
-      done: [T + 1, B] bool.
-      observation: [T + 1, B, ...].
-      action: [T + 1, B] int32.
-      policy_logits: [T + 1, B, NUM_ACTIONS] behaviour logits.
+      steps: the time steps, [T + 1, B, ...]: raw rewards, behaviour-policy logits.
     """
 
     agent_state: Any
-    prev_action: tf.Tensor
-    reward: tf.Tensor
-    done: tf.Tensor
-    observation: tf.Tensor
-    action: tf.Tensor
-    policy_logits: tf.Tensor
+    steps: Steps
 
 
-def stack_unrolls(unrolls) -> Batch:
+def stack_unrolls(unrolls: Sequence[Unroll]) -> Batch:
     """Concatenates `actor.Unroll`s along the batch axis into one `Batch` of numpy arrays."""
-
-    def concat(*arrays):
-        return np.concatenate(arrays, axis=1)
-
-    def concat_state(*states):
-        return np.concatenate(states, axis=0)
-
     return Batch(
-        agent_state=tf.nest.map_structure(concat_state, *(u.agent_state for u in unrolls)),
-        prev_action=concat(*(u.prev_action for u in unrolls)),
-        reward=concat(*(u.reward for u in unrolls)),
-        done=concat(*(u.done for u in unrolls)),
-        observation=concat(*(u.observation for u in unrolls)),
-        action=concat(*(u.action for u in unrolls)),
-        policy_logits=concat(*(u.policy_logits for u in unrolls)),
+        # States are batch-major, [B, ...]; steps are time-major, [T + 1, B, ...].
+        agent_state=tf.nest.map_structure(
+            lambda *states: np.concatenate(states, axis=0), *(u.agent_state for u in unrolls)
+        ),
+        steps=tf.nest.map_structure(
+            lambda *fields: np.concatenate(fields, axis=1), *(u.steps for u in unrolls)
+        ),
     )
 
 
@@ -153,23 +137,24 @@ class LossTerms(NamedTuple):
 
 def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> LossTerms:
     """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms."""
+    steps = batch.steps
     inputs = networks.AgentInput(
-        prev_action=batch.prev_action,
-        reward=batch.reward,
-        done=batch.done,
-        observation=batch.observation,
+        prev_action=steps.prev_action,
+        reward=steps.reward,
+        done=steps.done,
+        observation=steps.observation,
     )
     outputs, _ = agent.unroll(inputs, batch.agent_state)
     # Step T is only there to bootstrap from: it is trained on as step 0 of the next unroll.
     bootstrap_value = outputs.baseline[-1]
     target_logits = outputs.policy_logits[:-1]
     values = outputs.baseline[:-1]
-    actions = batch.action[:-1]
-    rewards = clip_rewards(batch.reward[1:], config.reward_clipping)
-    discounts = tf.cast(~batch.done[1:], tf.float32) * config.discounting
+    actions = steps.action[:-1]
+    rewards = clip_rewards(steps.reward[1:], config.reward_clipping)
+    discounts = tf.cast(~steps.done[1:], tf.float32) * config.discounting
 
     vtrace_returns = vtrace.from_logits(
-        behaviour_policy_logits=batch.policy_logits[:-1],
+        behaviour_policy_logits=steps.policy_logits[:-1],
         target_policy_logits=target_logits,
         actions=actions,
         discounts=discounts,

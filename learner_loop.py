@@ -242,16 +242,9 @@ def _wait_for_batch(service, batch_size, config, topology, report) -> transport.
 
 
 def _to_batch(queued: transport.QueuedTrajectories, agent: networks.Agent) -> Batch:
-    state_structure = agent.initial_state(1)
-    return Batch(
-        agent_state=tf.nest.pack_sequence_as(state_structure, queued.agent_state),
-        prev_action=queued.prev_action,
-        reward=queued.reward,
-        done=queued.done,
-        observation=queued.observation,
-        action=queued.action,
-        policy_logits=queued.policy_logits,
-    )
+    """Restores the agent's core-state structure, which the queue holds flattened."""
+    agent_state = tf.nest.pack_sequence_as(agent.initial_state(1), queued.agent_state)
+    return Batch(agent_state=agent_state, steps=queued.steps)
 
 
 def weights_checksum(variables) -> str:

@@ -20,13 +20,14 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import errors_impl
 
-from actor import Unroll
+from actor import Steps, Unroll
 
 # Under gRPC's 4 MiB limit, leaving room for the other fields and the message framing.
 MAX_MESSAGE_BYTES = 3 << 20
@@ -80,17 +81,15 @@ class UnrollSpec:
         return steps * math.prod(self.observation_shape) * np.dtype(self.observation_dtype).itemsize
 
     def queue_specs(self) -> list[tf.TensorSpec]:
-        """Per-trajectory components in queue order (see `QueuedTrajectories`)."""
-        steps = self.unroll_length + 1
+        """Per-trajectory components in queue order (see `QueuedTrajectories`).
+
+        The actor task, the weight version, the `Steps` fields [T + 1, ...], the flattened core
+        state.
+        """
         return [
             tf.TensorSpec([], tf.int32),  # actor task
             tf.TensorSpec([], tf.int64),  # weight version
-            tf.TensorSpec([steps], tf.int32),  # prev_action
-            tf.TensorSpec([steps], tf.float32),  # reward
-            tf.TensorSpec([steps], tf.bool),  # done
-            tf.TensorSpec([steps, *self.observation_shape], self.observation_dtype),
-            tf.TensorSpec([steps], tf.int32),  # action
-            tf.TensorSpec([steps, self.num_actions], tf.float32),  # policy_logits
+            *self._step_specs([self.unroll_length + 1]),
             *(
                 tf.TensorSpec(shape, dtype)
                 for shape, dtype in zip(self.state_shapes, self.state_dtypes, strict=True)
@@ -98,22 +97,32 @@ class UnrollSpec:
         ]
 
     def enqueue_signature(self) -> list[tf.TensorSpec]:
-        """RPC arguments of `enqueue`: time-major fields of `n` trajectories."""
-        steps = self.unroll_length + 1
+        """RPC arguments of `enqueue`: the time-major fields of `n` trajectories.
+
+        The actor task, the weight version, the `Steps` fields [T + 1, n, ...] (observations as
+        one raw byte string), the flattened core state [n, ...].
+        """
+        step_specs = self._step_specs([self.unroll_length + 1, None])
         return [
             tf.TensorSpec([], tf.int32),  # actor task
             tf.TensorSpec([], tf.int64),  # weight version
-            tf.TensorSpec([steps, None], tf.int32),  # prev_action
-            tf.TensorSpec([steps, None], tf.float32),  # reward
-            tf.TensorSpec([steps, None], tf.bool),  # done
-            tf.TensorSpec([], tf.string),  # observation [T + 1, n, ...] as raw bytes
-            tf.TensorSpec([steps, None], tf.int32),  # action
-            tf.TensorSpec([steps, None, self.num_actions], tf.float32),  # policy_logits
+            *step_specs._replace(observation=tf.TensorSpec([], tf.string)),
             *(
                 tf.TensorSpec([None, *shape], dtype)
                 for shape, dtype in zip(self.state_shapes, self.state_dtypes, strict=True)
             ),
         ]
+
+    def _step_specs(self, leading: list[int | None]) -> Steps:
+        """Specs of the `Steps` fields, each shaped `leading` + the field's own dimensions."""
+        return Steps(
+            prev_action=tf.TensorSpec(leading, tf.int32),
+            reward=tf.TensorSpec(leading, tf.float32),
+            done=tf.TensorSpec(leading, tf.bool),
+            observation=tf.TensorSpec([*leading, *self.observation_shape], self.observation_dtype),
+            action=tf.TensorSpec(leading, tf.int32),
+            policy_logits=tf.TensorSpec([*leading, self.num_actions], tf.float32),
+        )
 
 
 def describe(
@@ -153,19 +162,14 @@ class QueuedTrajectories(NamedTuple):
     Attributes:
       actor_task: [B] int32 task index of the actor each trajectory came from.
       weight_version: [B] int64 version of the weights that generated it.
-      prev_action, reward, done, observation, action, policy_logits: [T + 1, B, ...].
       agent_state: flattened core state, list of [B, ...].
+      steps: the time steps, [T + 1, B, ...] tensors.
     """
 
     actor_task: tf.Tensor
     weight_version: tf.Tensor
-    prev_action: tf.Tensor
-    reward: tf.Tensor
-    done: tf.Tensor
-    observation: tf.Tensor
-    action: tf.Tensor
-    policy_logits: tf.Tensor
     agent_state: list[tf.Tensor]
+    steps: Steps
 
 
 class EpisodeBatch(NamedTuple):
@@ -295,29 +299,21 @@ class LearnerService:
         )
         return tf.where(tf.equal(owner, self._learner_index), mismatch, wrong_learner)
 
-    def _enqueue(
-        self,
-        actor_task,
-        weight_version,
-        prev_action,
-        reward,
-        done,
-        observation_bytes,
-        action,
-        policy_logits,
-        *agent_state,
-    ):
+    def _enqueue(self, actor_task, weight_version, *fields):
+        """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
         spec = self.spec
-        count = tf.shape(prev_action)[1]
+        steps, agent_state = _split_steps(fields)
+        count = tf.shape(steps.prev_action)[1]
+        # Observations arrive as one raw byte string (see the module docstring).
         observation = tf.reshape(
-            tf.io.decode_raw(observation_bytes, tf.as_dtype(spec.observation_dtype)),
+            tf.io.decode_raw(steps.observation, tf.as_dtype(spec.observation_dtype)),
             tf.concat([[spec.unroll_length + 1, count], spec.observation_shape], axis=0),
         )
-        per_step = (prev_action, reward, done, observation, action, policy_logits)
+        steps = steps._replace(observation=observation)
         components = [
             tf.fill([count], actor_task),
             tf.fill([count], weight_version),
-            *map(_swap_leading_axes, per_step),
+            *map(_swap_leading_axes, steps),
             *agent_state,
         ]
 
@@ -365,24 +361,25 @@ class LearnerService:
     @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
     def _dequeue(self, batch_size):
         actor_task, weight_version, *fields = self._queue.dequeue_many(batch_size)
-        per_step, agent_state = fields[:6], fields[6:]
+        steps, agent_state = _split_steps(fields)
         return QueuedTrajectories(
-            actor_task, weight_version, *map(_swap_leading_axes, per_step), agent_state=agent_state
+            actor_task,
+            weight_version,
+            agent_state=agent_state,
+            steps=Steps(*map(_swap_leading_axes, steps)),
         )
+
+
+def _split_steps(fields: Sequence[tf.Tensor]) -> tuple[Steps, list[tf.Tensor]]:
+    """Splits the `Steps` fields off the front of a flat list; the rest is the core state."""
+    num_step_fields = len(Steps._fields)
+    return Steps(*fields[:num_step_fields]), list(fields[num_step_fields:])
 
 
 def _trajectory_bytes(unroll: Unroll) -> int:
     """Bytes one trajectory of `unroll` takes, all fields counted (about its size on the wire)."""
-    fields = [
-        unroll.prev_action,
-        unroll.reward,
-        unroll.done,
-        unroll.observation,
-        unroll.action,
-        unroll.policy_logits,
-        *tf.nest.flatten(unroll.agent_state),
-    ]
-    return sum(np.asarray(field).nbytes for field in fields) // unroll.prev_action.shape[1]
+    fields = [*unroll.steps, *tf.nest.flatten(unroll.agent_state)]
+    return sum(np.asarray(field).nbytes for field in fields) // unroll.steps.prev_action.shape[1]
 
 
 _EMPTY_EPISODES = (
@@ -469,7 +466,7 @@ class ActorClient:
           LearnerFinishedError: the learner has finished.
           LearnerUnreachableError: the learner did not answer.
         """
-        num_envs = unroll.prev_action.shape[1]
+        num_envs = unroll.steps.prev_action.shape[1]
         per_chunk = max(1, MAX_MESSAGE_BYTES // max(1, _trajectory_bytes(unroll)))
         chunks = [
             self._chunk_args(unroll, slice(start, min(start + per_chunk, num_envs)))
@@ -488,17 +485,15 @@ class ActorClient:
                 backoff = min(2 * backoff, 0.05)
 
     def _chunk_args(self, unroll: Unroll, envs: slice) -> list:
-        flat_state = tf.nest.flatten(unroll.agent_state)
+        """`enqueue`'s arguments for the trajectories of environments `envs`."""
+        steps = Steps(*(field[:, envs] for field in unroll.steps))
+        # A byte string travels far faster than a uint8 tensor (see the module docstring).
+        observation = tf.constant(np.ascontiguousarray(steps.observation).tobytes())
         return [
             tf.constant(self._task, tf.int32),
             tf.constant(unroll.weight_version, tf.int64),
-            unroll.prev_action[:, envs],
-            unroll.reward[:, envs],
-            unroll.done[:, envs],
-            tf.constant(np.ascontiguousarray(unroll.observation[:, envs]).tobytes()),
-            unroll.action[:, envs],
-            unroll.policy_logits[:, envs],
-            *(state[envs] for state in flat_state),
+            *steps._replace(observation=observation),
+            *(state[envs] for state in tf.nest.flatten(unroll.agent_state)),
         ]
 
     def report_episodes(self, episodes) -> None:

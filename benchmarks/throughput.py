@@ -33,6 +33,7 @@ from absl import app, flags
 import environments
 import learner
 import networks
+from actor import Steps
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "Environment.")
@@ -93,17 +94,19 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> flo
 
 def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: float) -> float:
     """Agent steps/s consumed by the optimisation step (T x B per step)."""
-    steps, batch = config.unroll_length + 1, config.batch_size
+    num_steps, batch = config.unroll_length + 1, config.batch_size
     rng = np.random.default_rng(0)
-    observation = rng.integers(0, 255, (steps, batch, *shape)).astype(dtype)
+    observation = rng.integers(0, 255, (num_steps, batch, *shape)).astype(dtype)
     data = learner.Batch(
         agent_state=agent.initial_state(batch),
-        prev_action=np.zeros((steps, batch), np.int32),
-        reward=rng.normal(size=(steps, batch)).astype(np.float32),
-        done=np.zeros((steps, batch), bool),
-        observation=observation,
-        action=np.zeros((steps, batch), np.int32),
-        policy_logits=np.zeros((steps, batch, agent.num_actions), np.float32),
+        steps=Steps(
+            prev_action=np.zeros((num_steps, batch), np.int32),
+            reward=rng.normal(size=(num_steps, batch)).astype(np.float32),
+            done=np.zeros((num_steps, batch), bool),
+            observation=observation,
+            action=np.zeros((num_steps, batch), np.int32),
+            policy_logits=np.zeros((num_steps, batch, agent.num_actions), np.float32),
+        ),
     )
     trainer = learner.Learner(agent, config)
     return _timed(lambda: trainer.step(data, frames=0), seconds) * config.unroll_length * batch

@@ -38,22 +38,26 @@ def test_unrolls_overlap_by_one_step_and_count_up():
         unrolls = [actor.unroll() for _ in range(4)]
 
     for unroll in unrolls:
-        assert unroll.observation.shape == (6, 3, *VECTOR_SHAPE)
-        assert unroll.policy_logits.shape == (6, 3, env.num_actions)
-        counters = _decode(unroll.observation)
+        assert unroll.steps.observation.shape == (6, 3, *VECTOR_SHAPE)
+        assert unroll.steps.policy_logits.shape == (6, 3, env.num_actions)
+        counters = _decode(unroll.steps.observation)
         np.testing.assert_array_equal(np.diff(counters, axis=0), 1)
         # `done` marks exactly the first observation of each new episode.
-        np.testing.assert_array_equal(unroll.done[1:], _episode_step(unroll.observation)[1:] == 0)
-        np.testing.assert_array_equal(unroll.prev_action[1:], unroll.action[:-1])
+        np.testing.assert_array_equal(
+            unroll.steps.done[1:], _episode_step(unroll.steps.observation)[1:] == 0
+        )
+        np.testing.assert_array_equal(unroll.steps.prev_action[1:], unroll.steps.action[:-1])
     for before, after in itertools.pairwise(unrolls):
         for field in ("observation", "reward", "done", "action", "policy_logits", "prev_action"):
-            np.testing.assert_array_equal(getattr(before, field)[-1], getattr(after, field)[0])
+            np.testing.assert_array_equal(
+                getattr(before.steps, field)[-1], getattr(after.steps, field)[0]
+            )
 
     first = unrolls[0]
-    np.testing.assert_array_equal(_decode(first.observation)[0], [0, 0, 0])
-    assert first.done[0].all()
+    np.testing.assert_array_equal(_decode(first.steps.observation)[0], [0, 0, 0])
+    assert first.steps.done[0].all()
     # An episode of 7 steps ends between steps 6 and 7 of the stream: done at counter 7, 14.
-    counters = np.concatenate([u.observation for u in unrolls])
+    counters = np.concatenate([u.steps.observation for u in unrolls])
     assert (_episode_step(counters)[_decode(counters) % 7 == 0] == 0).all()
 
 
@@ -76,13 +80,13 @@ def test_learner_reproduces_behaviour_logits_from_the_recorded_state(agent_name,
         assert not np.allclose(tf.nest.flatten(states[2])[0], 0)
     for unroll in unrolls:
         inputs = networks.AgentInput(
-            prev_action=unroll.prev_action,
-            reward=unroll.reward,
-            done=unroll.done,
-            observation=unroll.observation,
+            prev_action=unroll.steps.prev_action,
+            reward=unroll.steps.reward,
+            done=unroll.steps.done,
+            observation=unroll.steps.observation,
         )
         outputs, _ = agent.unroll(inputs, unroll.agent_state)
-        np.testing.assert_allclose(outputs.policy_logits, unroll.policy_logits, atol=1e-5)
+        np.testing.assert_allclose(outputs.policy_logits, unroll.steps.policy_logits, atol=1e-5)
 
 
 def test_set_weights_changes_the_policy_and_tags_unrolls():
@@ -100,7 +104,7 @@ def test_set_weights_changes_the_policy_and_tags_unrolls():
         np.testing.assert_allclose(variable.numpy(), 0.01)
     # Steps 1..T were chosen by the new weights: identical parameters give identical logits
     # for every action.
-    assert not np.allclose(before.policy_logits[1:], after.policy_logits[1:])
+    assert not np.allclose(before.steps.policy_logits[1:], after.steps.policy_logits[1:])
 
 
 def test_sampling_is_seeded():
@@ -108,7 +112,7 @@ def test_sampling_is_seeded():
         tf.random.set_seed(3)
         with _counter_env(num_envs=4, episode_length=50) as env:
             actor = Actor(env, networks.make_agent("MLPAgent", env.num_actions), 8, seed=seed)
-            return actor.unroll().action
+            return actor.unroll().steps.action
 
     np.testing.assert_array_equal(run(5), run(5))
     assert not np.array_equal(run(5), run(6))

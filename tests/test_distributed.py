@@ -88,7 +88,7 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
     ends = collections.defaultdict(collections.Counter)
     lags = []
     for learner_version, queued in received:
-        counters = _counter(queued.observation.numpy())  # [T + 1, B]
+        counters = _counter(queued.steps.observation.numpy())  # [T + 1, B]
         np.testing.assert_array_equal(np.diff(counters, axis=0), 1)
         tasks = queued.actor_task.numpy()
         for b, task in enumerate(tasks):
@@ -118,15 +118,15 @@ def _check_behaviour_logits(agent, queued, versions, weights_by_version):
             variable.assign(value)
         outputs, _ = agent.unroll(
             networks.AgentInput(
-                queued.prev_action[:, b : b + 1],
-                queued.reward[:, b : b + 1],
-                queued.done[:, b : b + 1],
-                queued.observation[:, b : b + 1],
+                queued.steps.prev_action[:, b : b + 1],
+                queued.steps.reward[:, b : b + 1],
+                queued.steps.done[:, b : b + 1],
+                queued.steps.observation[:, b : b + 1],
             ),
             (),
         )
         np.testing.assert_allclose(
-            outputs.policy_logits[1:, 0], queued.policy_logits[1:, b], atol=1e-4
+            outputs.policy_logits[1:, 0], queued.steps.policy_logits[1:, b], atol=1e-4
         )
     for variable, value in zip(agent.variables, current, strict=True):
         variable.assign(value)

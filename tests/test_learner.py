@@ -7,18 +7,22 @@ import tensorflow as tf
 import learner
 import networks
 import vtrace
+from actor import Steps
 from learner import LearnerConfig
 
 
 def _batch(rng, num_steps=5, batch_size=3, obs_dim=4, num_actions=3):
+    shape = (num_steps + 1, batch_size)
     return learner.Batch(
         agent_state=(),
-        prev_action=rng.integers(0, num_actions, (num_steps + 1, batch_size)).astype(np.int32),
-        reward=rng.normal(size=(num_steps + 1, batch_size)).astype(np.float32) * 3,
-        done=rng.uniform(size=(num_steps + 1, batch_size)) < 0.2,
-        observation=rng.normal(size=(num_steps + 1, batch_size, obs_dim)).astype(np.float32),
-        action=rng.integers(0, num_actions, (num_steps + 1, batch_size)).astype(np.int32),
-        policy_logits=rng.normal(size=(num_steps + 1, batch_size, num_actions)).astype(np.float32),
+        steps=Steps(
+            prev_action=rng.integers(0, num_actions, shape).astype(np.int32),
+            reward=rng.normal(size=shape).astype(np.float32) * 3,
+            done=rng.uniform(size=shape) < 0.2,
+            observation=rng.normal(size=(*shape, obs_dim)).astype(np.float32),
+            action=rng.integers(0, num_actions, shape).astype(np.int32),
+            policy_logits=rng.normal(size=(*shape, num_actions)).astype(np.float32),
+        ),
     )
 
 
@@ -75,14 +79,15 @@ def test_compute_loss_matches_vtrace_on_the_shifted_batch():
     config = LearnerConfig(baseline_cost=0.5, entropy_cost=0.01, discounting=0.9)
     terms = learner.compute_loss(agent, batch, config)
 
-    inputs = networks.AgentInput(batch.prev_action, batch.reward, batch.done, batch.observation)
+    steps = batch.steps
+    inputs = networks.AgentInput(steps.prev_action, steps.reward, steps.done, steps.observation)
     outputs, _ = agent.unroll(inputs, ())
     returns = vtrace.from_logits(
-        behaviour_policy_logits=batch.policy_logits[:-1],
+        behaviour_policy_logits=steps.policy_logits[:-1],
         target_policy_logits=outputs.policy_logits[:-1],
-        actions=batch.action[:-1],
-        discounts=(~batch.done[1:]).astype(np.float32) * 0.9,
-        rewards=np.clip(batch.reward[1:], -1, 1),
+        actions=steps.action[:-1],
+        discounts=(~steps.done[1:]).astype(np.float32) * 0.9,
+        rewards=np.clip(steps.reward[1:], -1, 1),
         values=outputs.baseline[:-1],
         bootstrap_value=outputs.baseline[-1],
     )
@@ -117,7 +122,7 @@ def test_step_reduces_loss_on_a_fixed_batch():
 def test_gradient_clipping_bounds_the_update():
     rng = np.random.default_rng(2)
     batch = _batch(rng)
-    batch = batch._replace(reward=batch.reward * 1000)
+    batch = batch._replace(steps=batch.steps._replace(reward=batch.steps.reward * 1000))
     deltas = {}
     for clip in (1e-3, -1.0):
         agent = _mlp_agent(seed=3)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from actor import Unroll
+from actor import Steps, Unroll
 from transport import (
     MAX_MESSAGE_BYTES,
     ActorClient,
@@ -22,7 +22,6 @@ from transport import (
     LearnerService,
     LearnerUnreachableError,
     MismatchError,
-    QueuedTrajectories,
     UnrollSpec,
 )
 
@@ -67,33 +66,25 @@ def _unroll(spec, num_envs, rng, weight_version=0, first_env=0):
             rng.standard_normal((num_envs, *shape)).astype(dtype)
             for shape, dtype in zip(spec.state_shapes, spec.state_dtypes, strict=True)
         ),
-        prev_action=rng.integers(0, spec.num_actions, steps, dtype=np.int32),
-        reward=rng.standard_normal(steps).astype(np.float32),
-        done=rng.random(steps) < 0.3,
-        observation=observation,
-        action=action,
-        policy_logits=rng.standard_normal((*steps, spec.num_actions)).astype(np.float32),
+        steps=Steps(
+            prev_action=rng.integers(0, spec.num_actions, steps, dtype=np.int32),
+            reward=rng.standard_normal(steps).astype(np.float32),
+            done=rng.random(steps) < 0.3,
+            observation=observation,
+            action=action,
+            policy_logits=rng.standard_normal((*steps, spec.num_actions)).astype(np.float32),
+        ),
         weight_version=weight_version,
     )
 
 
 def _assert_same_trajectories(batch, unroll, first_env=0):
     """Every env of `unroll` appears once in `batch`, bit-exact, whatever the order of chunks."""
-    num_envs = unroll.prev_action.shape[1]
-    envs = np.asarray(batch.action)[0]
+    num_envs = unroll.steps.prev_action.shape[1]
+    envs = np.asarray(batch.steps.action)[0]
     order = np.argsort(envs, kind="stable")
     np.testing.assert_array_equal(envs[order], np.arange(first_env, first_env + num_envs))
-    sent_fields = [
-        unroll.prev_action,
-        unroll.reward,
-        unroll.done,
-        unroll.observation,
-        unroll.action,
-        unroll.policy_logits,
-    ]
-    for name, got, sent in zip(
-        QueuedTrajectories._fields[2:8], batch[2:8], sent_fields, strict=True
-    ):
+    for name, got, sent in zip(Steps._fields, batch.steps, unroll.steps, strict=True):
         got = np.asarray(got)
         assert got.dtype == sent.dtype, name
         np.testing.assert_array_equal(got[:, order], sent, err_msg=name)
@@ -176,8 +167,8 @@ def test_small_atari_unroll_round_trips_bit_exact(make_service, num_envs):
 
     assert service.queue_size == num_envs
     batch = service.dequeue(num_envs)
-    assert batch.observation.shape == (spec.unroll_length + 1, num_envs, *ATARI_SHAPE)
-    assert batch.policy_logits.shape == (spec.unroll_length + 1, num_envs, spec.num_actions)
+    assert batch.steps.observation.shape == (spec.unroll_length + 1, num_envs, *ATARI_SHAPE)
+    assert batch.steps.policy_logits.shape == (spec.unroll_length + 1, num_envs, spec.num_actions)
     assert [s.shape for s in batch.agent_state] == [(num_envs, LSTM_SIZE)] * 2
     _assert_same_trajectories(batch, unroll)
     assert service.queue_size == 0
@@ -203,8 +194,8 @@ def test_float_vector_observations_round_trip_bit_exact(make_service):
     _client(address, spec).send(unroll)
 
     batch = service.dequeue(6)
-    assert batch.observation.dtype == tf.float32
-    assert batch.observation.shape == (8, 6, 5)
+    assert batch.steps.observation.dtype == tf.float32
+    assert batch.steps.observation.shape == (8, 6, 5)
     _assert_same_trajectories(batch, unroll)
 
 
@@ -258,7 +249,7 @@ def test_dequeued_trajectories_carry_actor_task_and_weight_version(make_service)
     got = {
         int(env): (int(task), int(version))
         for env, task, version in zip(
-            np.asarray(batch.action)[0],
+            np.asarray(batch.steps.action)[0],
             batch.actor_task.numpy(),
             batch.weight_version.numpy(),
             strict=True,
@@ -280,7 +271,8 @@ def test_learner_errors_other_than_closing_raise_the_matching_tf_error(make_serv
     rng = np.random.default_rng(5)
     client = _client(address, spec)
     bad = _unroll(spec, 2, rng)
-    bad = bad._replace(observation=bad.observation[..., :2])  # the learner cannot reshape it
+    # The learner cannot reshape it.
+    bad = bad._replace(steps=bad.steps._replace(observation=bad.steps.observation[..., :2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="enqueue"):
         client.send(bad)
     assert service.queue_size == 0
@@ -327,8 +319,8 @@ def test_chunk_larger_than_the_queue_goes_in_as_the_learner_dequeues(make_servic
     sending.join()
     assert sending.error is None
     tail = service.dequeue(1)
-    np.testing.assert_array_equal(np.asarray(head.action)[0], [0, 1])
-    np.testing.assert_array_equal(np.asarray(tail.action)[0], [2])
+    np.testing.assert_array_equal(np.asarray(head.steps.action)[0], [0, 1])
+    np.testing.assert_array_equal(np.asarray(tail.steps.action)[0], [2])
 
 
 def test_after_close_every_call_raises_learner_finished(make_service):
