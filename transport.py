@@ -355,8 +355,11 @@ class LearnerService:
         flat = tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._variables], 0)
         # The version travels inside the snapshot so that every chunk says which one it is from.
         header = tf.strings.as_string(version, width=_VERSION_DIGITS, fill="0")
-        self._snapshot.assign(header + tf.io.serialize_tensor(flat))
-        self._version.assign(version)
+        stored = self._snapshot.assign(header + tf.io.serialize_tensor(flat))
+        # TensorFlow orders assignments to one variable only: without this, actors could see
+        # the new version before the snapshot it names exists.
+        with tf.control_dependencies([stored]):
+            self._version.assign(version)
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
     def _dequeue(self, batch_size):
