@@ -136,6 +136,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         },
         "episodes": progress.episodes,
         "mean_return": progress.mean_return,
+        "best_mean_return": progress.best_mean_return,
         "frames_per_second_steady": _steady_rate(counters, progress.frames),
     }
     _write_summary(config.logdir, topology.rank, summary)

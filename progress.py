@@ -21,6 +21,8 @@ class Progress:
         self.total_frames = total_frames
         self.frames = 0
         self.episodes = 0
+        # The best mean over a full window of recent episodes so far.
+        self.best_mean_return: float | None = None
         self._returns: collections.deque[float] = collections.deque(maxlen=window)
         self._clock = clock
         self._start = clock()
@@ -34,6 +36,10 @@ class Progress:
         for episode_return in returns:
             self._returns.append(float(episode_return))
             self.episodes += 1
+            if len(self._returns) == self._returns.maxlen:
+                mean = float(np.mean(self._returns))
+                if self.best_mean_return is None or mean > self.best_mean_return:
+                    self.best_mean_return = mean
 
     @property
     def done(self) -> bool:
