@@ -45,15 +45,9 @@ def learner_command(
     flags: Iterable[str],
 ) -> list[str]:
     """The command every learner rank runs (under mpirun, which gives each its rank)."""
-    return [
-        python,
-        "-u",
-        script,
-        "--job_name=learner",
-        f"--learner_hosts={','.join(learner_hosts)}",
-        f"--actor_hosts={','.join(actor_hosts)}",
-        *flags,
-    ]
+    return _experiment_command(
+        python, script, ["--job_name=learner"], learner_hosts, actor_hosts, flags
+    )
 
 
 def actor_command(
@@ -65,12 +59,17 @@ def actor_command(
     flags: Iterable[str],
 ) -> list[str]:
     """The command actor `task` runs."""
+    return _experiment_command(
+        python, script, ["--job_name=actor", f"--task={task}"], learner_hosts, actor_hosts, flags
+    )
+
+
+def _experiment_command(python, script, role, learner_hosts, actor_hosts, flags) -> list[str]:
     return [
         python,
         "-u",
         script,
-        "--job_name=actor",
-        f"--task={task}",
+        *role,
         f"--learner_hosts={','.join(learner_hosts)}",
         f"--actor_hosts={','.join(actor_hosts)}",
         *flags,

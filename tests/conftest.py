@@ -1,10 +1,12 @@
 """Fixtures for tests that start real processes."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -62,6 +64,23 @@ def processes(tmp_path):
     started = Processes(str(tmp_path))
     yield started
     started.kill_all()
+
+
+@pytest.fixture
+def run_name():
+    """A fresh run name for the CSV frontend; the run's folder and tmux sessions (named after
+    it) are removed afterwards, whatever a failed test left."""
+    name = f"test_{uuid.uuid4().hex[:8]}"
+    yield name
+    shutil.rmtree(os.path.join(ROOT, "runs", name), ignore_errors=True)
+    subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"tmux ls -F '#S' 2>/dev/null | grep {name} | xargs -r -n1 tmux kill-session -t",
+        ],
+        check=False,
+    )
 
 
 def wait_until(condition, timeout: float, message) -> None:

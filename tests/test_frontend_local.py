@@ -1,10 +1,8 @@
 """The CSV frontend on this machine only: local tmux through libtmux, no SSH."""
 
 import os
-import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
 from conftest import ROOT, read_text, wait_until
@@ -32,21 +30,6 @@ def _frontend(*flags, timeout=120):
         capture_output=True,
         text=True,
         timeout=timeout,
-    )
-
-
-@pytest.fixture
-def run_name():
-    name = f"test_{uuid.uuid4().hex[:8]}"
-    yield name
-    shutil.rmtree(os.path.join(ROOT, "runs", name), ignore_errors=True)
-    subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"tmux ls -F '#S' 2>/dev/null | grep {name} | xargs -r -n1 tmux kill-session -t",
-        ],
-        check=False,
     )
 
 

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 from conftest import ROOT, read_text, wait_until
@@ -98,22 +97,6 @@ def _frontend(csv_path, known_hosts, run_name, *flags, timeout=180):
         capture_output=True,
         text=True,
         timeout=timeout,
-    )
-
-
-@pytest.fixture
-def run_name():
-    name = f"test_{uuid.uuid4().hex[:8]}"
-    yield name
-    shutil.rmtree(os.path.join(ROOT, "runs", name), ignore_errors=True)
-    # Whatever a failed test left: its tmux sessions (named after the run) and processes.
-    subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"tmux ls -F '#S' 2>/dev/null | grep {name} | xargs -r -n1 tmux kill-session -t",
-        ],
-        check=False,
     )
 
 
