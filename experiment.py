@@ -51,7 +51,14 @@ flags.DEFINE_integer("num_envs_per_actor", 16, "Environments each actor steps to
 flags.DEFINE_integer(
     "queue_capacity", 0, "Trajectories a learner queues before actors block (0: 4 batches)."
 )
-flags.DEFINE_string("logdir", "", "Where learners write their summaries ('' for nowhere).")
+flags.DEFINE_string(
+    "logdir",
+    "",
+    "The run's folder: learner summaries and rank 0's checkpoints; starting again with the "
+    "same folder resumes from its latest checkpoint ('' for none).",
+)
+flags.DEFINE_float("save_every_secs", 600.0, "Rank 0 writes a checkpoint this often.")
+flags.DEFINE_integer("keep_checkpoints", 3, "How many recent checkpoints to keep.")
 flags.DEFINE_float(
     "connect_timeout_secs", 600.0, "How long an actor waits for its learner to come up."
 )
@@ -135,6 +142,8 @@ def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
         learner=learner_config_from_flags(),
         queue_capacity=FLAGS.queue_capacity,
         logdir=FLAGS.logdir,
+        save_every_secs=FLAGS.save_every_secs,
+        keep_checkpoints=FLAGS.keep_checkpoints,
     )
 
 
@@ -165,8 +174,16 @@ def run_local() -> None:
     logging.info("done: %s", progress.summary())
 
 
-def run_learner() -> None:
-    learner_loop.run(learner_job_config_from_flags())
+def run_learner() -> int:
+    # Ctrl-C and SIGTERM ask the learner to finish its step, save a checkpoint and exit.
+    signal.signal(signal.SIGINT, _request_learner_stop)
+    signal.signal(signal.SIGTERM, _request_learner_stop)
+    summary = learner_loop.run(learner_job_config_from_flags())
+    return 130 if summary["stopped_early"] else 0
+
+
+def _request_learner_stop(signum, frame):
+    learner_loop.request_stop()
 
 
 def run_actor() -> None:
@@ -191,7 +208,7 @@ def main(argv: list[str]) -> int:
     absl_logging.set_verbosity(absl_logging.INFO)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        ROLES[FLAGS.job_name]()
+        code = ROLES[FLAGS.job_name]()
     except ValueError as error:
         # Bad flags, names or a mismatch between actor and learner: one line, no traceback.
         logging.debug("configuration error", exc_info=True)
@@ -203,7 +220,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         logging.info("%s stopped", FLAGS.job_name)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+import checkpoints
 import distributed
 import environments
 import networks
@@ -35,7 +37,11 @@ class LearnerJobConfig:
     Attributes:
       learner_hosts: "host:port" of every learner; learner rank r listens on the r-th.
       queue_capacity: trajectories the queue holds before actors block (0: 4 batches).
-      logdir: where the learner writes its summary (`learner_<rank>.json`); '' for none.
+      logdir: the run's folder: the learner's summary (`learner_<rank>.json`) and rank 0's
+        checkpoints (`checkpoints/`) go there, and a run started again with the same folder
+        resumes from its latest checkpoint. '' for none of that.
+      save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
+      keep_checkpoints: how many recent checkpoints to keep.
       stall_warning_secs: warn when no full batch arrived for this long.
       linger_secs: after the last step, keep answering actors for this long so that they hear
         that training is over.
@@ -52,6 +58,8 @@ class LearnerJobConfig:
     log_every_secs: float = 5.0
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
+    save_every_secs: float = 600.0
+    keep_checkpoints: int = 3
 
     def __post_init__(self):
         if not self.learner_hosts:
@@ -60,6 +68,20 @@ class LearnerJobConfig:
             parse_address(address, "--learner_hosts")
         if self.queue_capacity < 0:
             raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"--keep_checkpoints={self.keep_checkpoints}: must be >= 1")
+        if self.save_every_secs <= 0:
+            raise ValueError(f"--save_every_secs={self.save_every_secs}: must be > 0")
+
+
+# Set by a signal handler (Ctrl-C, SIGTERM): the learner stops at the next step boundary, so
+# the checkpoint it then writes holds weights and counters of the same step.
+_stop_requested = threading.Event()
+
+
+def request_stop() -> None:
+    """Asks a running learner to stop after its current step, save and exit."""
+    _stop_requested.set()
 
 
 def parse_address(address: str, flag: str) -> tuple[str, int]:
@@ -96,10 +118,17 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     env_info, agent = _build_agent(config)
     trainer = Learner(agent, config.learner, wrap_tape=distributed.wrap_tape)
     trainer.create_optimizer_slots()
-    distributed.broadcast_from_chief(list(agent.variables) + list(trainer.optimizer.variables))
-
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
+    )
+    checkpointer = _make_checkpointer(config, agent, trainer, identity)
+    resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
+    # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
+    # restored from a checkpoint or freshly initialised.
+    distributed.broadcast_from_chief(
+        list(agent.variables)
+        + list(trainer.optimizer.variables)
+        + (checkpointer.counters if checkpointer else [])
     )
     capacity = config.queue_capacity or 4 * config.learner.batch_size
     service = transport.LearnerService(
@@ -112,18 +141,40 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         queue_capacity=capacity,
     )
     counters = _Counters()
+    start_frames = 0
+    if checkpointer:
+        counters.version, start_frames = int(checkpointer.version), int(checkpointer.frames)
     service.publish_weights(counters.version)
     chief_report = report if topology.is_chief else (lambda line: None)
+    if resumed_from:
+        chief_report(
+            f"resumed from {resumed_from}: {start_frames} frames done, weight version "
+            f"{counters.version}, weights sha256 {weights_checksum(agent.variables)}"
+        )
     chief_report(
         f"learner {topology.rank}/{topology.size} serving {config.level_name} with "
         f"{type(agent).__name__} at {config.learner_hosts[topology.rank]}; frames are emulator "
         f"frames ({env_info.frames_per_step} per agent step)"
     )
-    try:
-        progress = _train(
-            config, topology, agent, trainer, service, env_info, counters, chief_report
-        )
-    finally:
+    saver = _Saver(
+        checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
+    )
+    progress = _train(
+        config,
+        topology,
+        agent,
+        trainer,
+        service,
+        env_info,
+        counters,
+        chief_report,
+        start_frames,
+        saver,
+    )
+    saver.save(progress.frames, counters.version)
+    if progress.done:
+        # Only a finished run tells the actors to exit; after a stop they keep trying to
+        # reconnect, so that a resumed learner finds them.
         service.close(linger_secs=config.linger_secs)
     summary = {
         "rank": topology.rank,
@@ -138,10 +189,55 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "mean_return": progress.mean_return,
         "best_mean_return": progress.best_mean_return,
         "frames_per_second_steady": _steady_rate(counters, progress.frames),
+        "resumed_from": resumed_from,
+        "stopped_early": not progress.done,
     }
     _write_summary(config.logdir, topology.rank, summary)
     chief_report(f"done: {progress.summary()}")
     return summary
+
+
+def _make_checkpointer(config, agent, trainer, identity) -> checkpoints.Checkpointer | None:
+    if not config.logdir:
+        return None
+    # What a checkpoint must match to be resumed; the unroll length, batch size and the like
+    # may change between runs.
+    keys = (
+        "level_name",
+        "agent_name",
+        "num_actions",
+        "observation_shape",
+        "observation_dtype",
+        "num_action_repeats",
+    )
+    return checkpoints.Checkpointer(
+        os.path.join(config.logdir, "checkpoints"),
+        agent,
+        trainer.optimizer,
+        {key: identity[key] for key in keys},
+        keep=config.keep_checkpoints,
+    )
+
+
+class _Saver:
+    """Writes rank 0's checkpoints every `every_secs` and when asked (other ranks: never)."""
+
+    def __init__(self, checkpointer, every_secs: float, report):
+        self._checkpointer = checkpointer
+        self._every_secs = every_secs
+        self._report = report
+        self._next = time.monotonic() + every_secs
+
+    def maybe_save(self, frames: int, version: int) -> None:
+        if time.monotonic() >= self._next:
+            self.save(frames, version)
+
+    def save(self, frames: int, version: int) -> None:
+        if self._checkpointer is None:
+            return
+        path = self._checkpointer.save(frames, version)
+        self._report(f"checkpoint {path} at {frames} frames, weight version {version}")
+        self._next = time.monotonic() + self._every_secs
 
 
 def _steady_rate(counters: _Counters, frames: int) -> float | None:
@@ -177,7 +273,9 @@ class _EnvInfo:
     frames_per_step: int
 
 
-def _train(config, topology, agent, trainer, service, env_info, counters, report) -> Progress:
+def _train(
+    config, topology, agent, trainer, service, env_info, counters, report, start_frames, saver
+) -> Progress:
     learner_config = config.learner
     frames_per_step_all_learners = (
         learner_config.batch_size
@@ -185,10 +283,12 @@ def _train(config, topology, agent, trainer, service, env_info, counters, report
         * env_info.frames_per_step
         * topology.size
     )
-    progress = Progress(learner_config.total_environment_frames)
+    progress = Progress(learner_config.total_environment_frames, start_frames=start_frames)
     next_report = time.monotonic() + config.log_every_secs
-    while not progress.done:
+    while not progress.done and not _stop_requested.is_set():
         queued = _wait_for_batch(service, learner_config.batch_size, config, topology, report)
+        if queued is None:  # asked to stop while waiting
+            break
         stats = trainer.step(_to_batch(queued, agent), progress.frames)
         counters.steps += 1
         counters.version += 1
@@ -201,6 +301,7 @@ def _train(config, topology, agent, trainer, service, env_info, counters, report
                 counters.last_step_time,
                 progress.frames,
             )
+        saver.maybe_save(progress.frames, counters.version)
         episodes = service.pop_episodes()
         # Horovod: every learner's finished episodes, so rank 0 reports them all.
         progress.add_episode_returns(
@@ -220,11 +321,15 @@ def _train(config, topology, agent, trainer, service, env_info, counters, report
     return progress
 
 
-def _wait_for_batch(service, batch_size, config, topology, report) -> transport.QueuedTrajectories:
-    """Dequeues a batch, polling so that signals (Ctrl-C, SIGTERM) are handled meanwhile."""
+def _wait_for_batch(
+    service, batch_size, config, topology, report
+) -> transport.QueuedTrajectories | None:
+    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None)."""
     started = time.monotonic()
     next_warning = started + config.stall_warning_secs
     while service.queue_size < batch_size:
+        if _stop_requested.is_set():
+            return None
         time.sleep(0.002)
         if time.monotonic() >= next_warning:
             # Not only the chief: a learner whose actors all died stalls every learner.

@@ -17,9 +17,11 @@ class Progress:
     current speed, not an average diluted by start-up.
     """
 
-    def __init__(self, total_frames: int, window: int = 20, clock=time.monotonic):
+    def __init__(
+        self, total_frames: int, window: int = 20, clock=time.monotonic, start_frames: int = 0
+    ):
         self.total_frames = total_frames
-        self.frames = 0
+        self.frames = start_frames  # a resumed run starts where it stopped
         self.episodes = 0
         # The best mean over a full window of recent episodes so far.
         self.best_mean_return: float | None = None
@@ -27,7 +29,8 @@ class Progress:
         self._clock = clock
         self._start = clock()
         self._last_time = self._start
-        self._last_frames = 0
+        self._last_frames = start_frames
+        self._start_frames = start_frames
 
     def add_frames(self, frames: int) -> None:
         self.frames += frames
@@ -66,8 +69,9 @@ class Progress:
         fraction = min(self.frames / self.total_frames, 1.0)
         rate = self.rate()
         elapsed = self._clock() - self._start
-        if self.frames > 0:
-            remaining = elapsed * (self.total_frames - self.frames) / self.frames
+        done_here = self.frames - self._start_frames
+        if done_here > 0:
+            remaining = elapsed * max(self.total_frames - self.frames, 0) / done_here
         else:
             remaining = float("nan")
         score = (
@@ -89,9 +93,10 @@ class Progress:
             if self.mean_return is None
             else (f"mean return {self.mean_return:.1f} over the last {len(self._returns)} episodes")
         )
+        done_here = self.frames - self._start_frames
         return (
-            f"{_si(self.frames)} frames in {_clock(elapsed)} "
-            f"({self.frames / max(elapsed, 1e-9):,.0f} frames/s on average), {score}"
+            f"{_si(done_here)} frames in {_clock(elapsed)} "
+            f"({done_here / max(elapsed, 1e-9):,.0f} frames/s on average), {score}"
         )
 
 

@@ -181,12 +181,15 @@ class EpisodeBatch(NamedTuple):
     episode_frames: np.ndarray
 
 
-def identity_mismatch(learner_identity: dict, actor_identity: dict) -> str:
-    """One line naming every setting in which an actor differs from its learner, or ''."""
+def identity_mismatch(
+    reference: dict, other: dict, reference_name: str = "learner", other_name: str = "actor"
+) -> str:
+    """One line naming every setting in which `other` (an actor, a checkpoint) differs from
+    `reference` (its learner, this run), with both values, or ''."""
     differences = [
-        f"{key}: actor has {actor_identity.get(key)!r}, learner has {learner_identity.get(key)!r}"
-        for key in sorted(set(learner_identity) | set(actor_identity))
-        if learner_identity.get(key) != actor_identity.get(key)
+        f"{key}: {other_name} has {other.get(key)!r}, {reference_name} has {reference.get(key)!r}"
+        for key in sorted(set(reference) | set(other))
+        if reference.get(key) != other.get(key)
     ]
     return "; ".join(differences)
 

@@ -1,0 +1,79 @@
+"""Learner checkpoints: weights, optimizer state, frame count and weight version, written so that a
+crash never leaves a broken latest checkpoint.
+
+`tf.train.CheckpointManager` writes a checkpoint's data and index files first and then replaces
+the small `checkpoint` state file atomically (write to a temporary file, rename): until that
+rename, "latest" still names the previous complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tensorflow as tf
+
+import transport
+
+_IDENTITY_KEY = "identity/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint was written by a run with another environment or network."""
+
+
+class Checkpointer:
+    """Saves and restores one learner's training state in `directory`."""
+
+    def __init__(self, directory: str, agent, optimizer, identity: dict[str, Any], keep: int):
+        """Tracks `agent` and `optimizer` (its slots must exist) plus the counters.
+
+        Args:
+          directory: where checkpoints go (created on the first save).
+          identity: what a checkpoint must match to be restored (environment, network, ...).
+          keep: how many recent checkpoints to keep.
+        """
+        self.frames = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.version = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._identity = json.dumps(identity, sort_keys=True)
+        self._checkpoint = tf.train.Checkpoint(
+            agent=agent,
+            optimizer=optimizer,
+            frames=self.frames,
+            version=self.version,
+            identity=tf.Variable(self._identity, trainable=False),
+        )
+        self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
+
+    @property
+    def counters(self) -> list[tf.Variable]:
+        return [self.frames, self.version]
+
+    @property
+    def latest(self) -> str | None:
+        return self._manager.latest_checkpoint
+
+    def restore_latest(self) -> str | None:
+        """Restores the latest checkpoint, if any; returns its path.
+
+        Raises:
+          CheckpointMismatchError: naming each setting that differs from this run's.
+        """
+        path = self.latest
+        if path is None:
+            return None
+        saved = tf.train.load_variable(path, _IDENTITY_KEY)
+        saved = saved.decode() if isinstance(saved, bytes) else str(saved)
+        if saved != self._identity:
+            differences = transport.identity_mismatch(
+                json.loads(self._identity), json.loads(saved), "this run", "the checkpoint"
+            )
+            raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
+        self._checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self, frames: int, version: int) -> str:
+        """Writes a checkpoint of the current state at `frames` and weight `version`."""
+        self.frames.assign(frames)
+        self.version.assign(version)
+        return self._manager.save(checkpoint_number=version)
