@@ -2,6 +2,7 @@
 
   python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
   python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4
+  python run_local.py --run_dir=runs/PongNoFrameskip-v4-20261122-101500   # resume that run
 
 Every experiment.py flag given here is passed to every process. The learners' progress shows in
 the terminal; each process also logs to the run folder. Ctrl-C stops every process of the run.
@@ -29,7 +30,13 @@ import launcher
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
 flags.DEFINE_integer("num_actors", 2, "Actor processes.")
-flags.DEFINE_string("runs_dir", "runs", "Each run gets a folder here (logs, learner summaries).")
+flags.DEFINE_string("runs_dir", "runs", "Each new run gets a folder here (logs, checkpoints).")
+flags.DEFINE_string(
+    "run_dir",
+    "",
+    "Use this run folder instead of a new one; if it holds checkpoints, training resumes from "
+    "the latest.",
+)
 flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,7 +88,8 @@ def _child_setup() -> None:
 
 
 def _start(name: str, argv: list[str], log_path: str, to_terminal: bool) -> _Process:
-    log = open(log_path, "w")  # noqa: SIM115  (kept open for the child's lifetime)
+    # Appended to: a resumed run keeps the earlier part of each log.
+    log = open(log_path, "a")  # noqa: SIM115  (kept open for the child's lifetime)
     log.write(launcher.shell_line(argv) + "\n")
     log.flush()
     popen = subprocess.Popen(
@@ -166,7 +174,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    run_dir = os.path.join(
+    run_dir = FLAGS.run_dir or os.path.join(
         FLAGS.runs_dir,
         f"{FLAGS.level_name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
     )
