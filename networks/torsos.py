@@ -18,20 +18,25 @@ def scale_pixels(observation: tf.Tensor) -> tf.Tensor:
     return tf.cast(observation, tf.float32) / 255.0
 
 
-class DQNTorso(snt.Module):
-    """Nature-DQN torso (Mnih et al. 2015): 3 VALID convs with ReLU, then fc 512 ReLU.
+class ConvStackTorso(snt.Module):
+    """VALID convolutions with ReLU, then one fully connected ReLU layer.
 
-    Maps raw pixels [N, H, W, C] to features [N, 512].
+    Maps raw pixels [N, H, W, C] to features [N, hidden_size].
     """
 
-    def __init__(self, name: str | None = None):
+    def __init__(
+        self,
+        convs: tuple[tuple[int, int, int], ...],
+        hidden_size: int,
+        name: str | None = None,
+    ):
+        """Args: convs: (channels, kernel size, stride) of each convolution, in order."""
         super().__init__(name=name)
         self._convs = [
-            snt.Conv2D(32, 8, stride=4, padding="VALID", name="conv_0"),
-            snt.Conv2D(64, 4, stride=2, padding="VALID", name="conv_1"),
-            snt.Conv2D(64, 3, stride=1, padding="VALID", name="conv_2"),
+            snt.Conv2D(channels, kernel, stride=stride, padding="VALID", name=f"conv_{index}")
+            for index, (channels, kernel, stride) in enumerate(convs)
         ]
-        self._linear = snt.Linear(512)
+        self._linear = snt.Linear(hidden_size)
 
     def __call__(self, observation: tf.Tensor) -> tf.Tensor:
         x = scale_pixels(observation)
@@ -40,25 +45,18 @@ class DQNTorso(snt.Module):
         return tf.nn.relu(self._linear(snt.Flatten()(x)))
 
 
-class ShallowTorso(snt.Module):
-    """Shallow torso of the IMPALA paper (Fig. 3 left): 2 VALID convs with ReLU, fc 256 ReLU.
-
-    Maps raw pixels [N, H, W, C] to features [N, 256].
-    """
+class DQNTorso(ConvStackTorso):
+    """Nature-DQN torso (Mnih et al. 2015): 32c8s4, 64c4s2, 64c3s1, fc 512; [N, 512] out."""
 
     def __init__(self, name: str | None = None):
-        super().__init__(name=name)
-        self._convs = [
-            snt.Conv2D(16, 8, stride=4, padding="VALID", name="conv_0"),
-            snt.Conv2D(32, 4, stride=2, padding="VALID", name="conv_1"),
-        ]
-        self._linear = snt.Linear(256)
+        super().__init__(((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, name=name)
 
-    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
-        x = scale_pixels(observation)
-        for conv in self._convs:
-            x = tf.nn.relu(conv(x))
-        return tf.nn.relu(self._linear(snt.Flatten()(x)))
+
+class ShallowTorso(ConvStackTorso):
+    """Shallow torso of the IMPALA paper (Fig. 3 left): 16c8s4, 32c4s2, fc 256; [N, 256] out."""
+
+    def __init__(self, name: str | None = None):
+        super().__init__(((16, 8, 4), (32, 4, 2)), 256, name=name)
 
 
 class ResidualBlock(snt.Module):
