@@ -16,7 +16,7 @@ import environments
 import networks
 import transport
 from actor import Actor
-from learner_loop import parse_address
+from learner_loop import check_learner_hosts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,10 +43,7 @@ class ActorJobConfig:
     def __post_init__(self):
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
-        if not self.learner_hosts:
-            raise ValueError("--learner_hosts is empty: give one host:port per learner")
-        for address in self.learner_hosts:
-            parse_address(address, "--learner_hosts")
+        check_learner_hosts(self.learner_hosts)
 
     @property
     def learner_address(self) -> str:

@@ -62,10 +62,7 @@ class LearnerJobConfig:
     keep_checkpoints: int = 3
 
     def __post_init__(self):
-        if not self.learner_hosts:
-            raise ValueError("--learner_hosts is empty: give one host:port per learner")
-        for address in self.learner_hosts:
-            parse_address(address, "--learner_hosts")
+        check_learner_hosts(self.learner_hosts)
         if self.queue_capacity < 0:
             raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
         if self.keep_checkpoints < 1:
@@ -82,6 +79,14 @@ _stop_requested = threading.Event()
 def request_stop() -> None:
     """Asks a running learner to stop after its current step, save and exit."""
     _stop_requested.set()
+
+
+def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:
+    """Raises a one-line error unless `--learner_hosts` is a non-empty list of host:port."""
+    if not learner_hosts:
+        raise ValueError("--learner_hosts is empty: give one host:port per learner")
+    for address in learner_hosts:
+        parse_address(address, "--learner_hosts")
 
 
 def parse_address(address: str, flag: str) -> tuple[str, int]:
