@@ -66,6 +66,28 @@ def processes(tmp_path):
     started.kill_all()
 
 
+# A small, fast run of the CSV frontend on the counter environment.
+SMALL_RUN_FLAGS = (
+    "--level_name=impala/Counter-v0",
+    "--agent_name=MLPAgent",
+    "--unroll_length=5",
+    "--batch_size=4",
+    "--num_envs_per_actor=2",
+    "--total_environment_frames=1e9",
+)
+
+
+def run_frontend(*flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs run_experiment_mm_raw.py with `flags`, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "run_experiment_mm_raw.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture
 def run_name():
     """A fresh run name for the CSV frontend; the run's folder and tmux sessions (named after

@@ -2,10 +2,9 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, read_text, wait_until
+from conftest import ROOT, SMALL_RUN_FLAGS, read_text, run_frontend, wait_until
 
 # The example from the original project's README, unchanged but for the CSV path.
 ORIGINAL_EXAMPLE = [
@@ -23,18 +22,8 @@ ORIGINAL_EXAMPLE = [
 ]
 
 
-def _frontend(*flags, timeout=120):
-    return subprocess.run(
-        [sys.executable, "run_experiment_mm_raw.py", *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_original_readme_example_plans_the_local_run():
-    result = _frontend(*ORIGINAL_EXAMPLE, "--dry_run")
+    result = run_frontend(*ORIGINAL_EXAMPLE, "--dry_run")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert (
@@ -52,7 +41,7 @@ def test_bad_csv_is_one_line_naming_file_line_and_field(tmp_path):
         "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices\n"
         "learner,localhost,99999,22,,,\nactor,localhost,,22,,,\n"
     )
-    result = _frontend(f"--workers_csv_path={path}")
+    result = run_frontend(f"--workers_csv_path={path}")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"run_experiment_mm_raw.py: error: {path}:2: tf_port='99999': must be a port number "
@@ -65,14 +54,9 @@ def test_local_start_status_stop(run_name):
     flags = [
         "--workers_csv_path=sandbox/local_workers_example.csv",
         f"--run_name={run_name}",
-        "--level_name=impala/Counter-v0",
-        "--agent_name=MLPAgent",
-        "--unroll_length=5",
-        "--batch_size=4",
-        "--num_envs_per_actor=2",
-        "--total_environment_frames=1e9",
+        *SMALL_RUN_FLAGS,
     ]
-    started = _frontend(*flags)
+    started = run_frontend(*flags)
     assert started.returncode == 0, started.stdout + started.stderr
     log = os.path.join(ROOT, "runs", run_name, "learners.log")
     wait_until(
@@ -81,15 +65,15 @@ def test_local_start_status_stop(run_name):
         lambda: f"no progress; learners' log:\n{read_text(log)}",
     )
 
-    status = _frontend(*flags, "--action=status")
+    status = run_frontend(*flags, "--action=status")
     states = {line.split()[1]: line.split()[2] for line in status.stdout.splitlines()[1:]}
     assert states == {"learners": "alive", "actor_0": "alive", "actor_1": "alive"}
 
-    again = _frontend(*flags)
+    again = run_frontend(*flags)
     assert again.returncode == 1
     assert "exists already: a run of this name is running" in again.stderr
 
-    stopped = _frontend(*flags, "--action=stop")
+    stopped = run_frontend(*flags, "--action=stop")
     assert stopped.returncode == 0, stopped.stderr
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"runs/{run_name}" not in ps

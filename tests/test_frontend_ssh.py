@@ -6,11 +6,10 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import ROOT, read_text, wait_until
+from conftest import ROOT, SMALL_RUN_FLAGS, read_text, run_frontend, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -78,24 +77,12 @@ def _csv(tmp_path, port, key, learner_port=None, hosts=HOSTS, ssh_port=None):
 
 
 def _frontend(csv_path, known_hosts, run_name, *flags, timeout=180):
-    return subprocess.run(
-        [
-            sys.executable,
-            "run_experiment_mm_raw.py",
-            f"--workers_csv_path={csv_path}",
-            f"--known_hosts={known_hosts}",
-            f"--run_name={run_name}",
-            "--level_name=impala/Counter-v0",
-            "--agent_name=MLPAgent",
-            "--unroll_length=5",
-            "--batch_size=4",
-            "--num_envs_per_actor=2",
-            "--total_environment_frames=1e9",
-            *flags,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    return run_frontend(
+        f"--workers_csv_path={csv_path}",
+        f"--known_hosts={known_hosts}",
+        f"--run_name={run_name}",
+        *SMALL_RUN_FLAGS,
+        *flags,
         timeout=timeout,
     )
 
