@@ -12,6 +12,8 @@ import logging
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 import environments
 import networks
 import transport
@@ -52,11 +54,11 @@ class ActorJobConfig:
 
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
-    # Distinct seeds for every environment of every actor, and for each actor's sampling.
+    env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
     env_config = environments.EnvConfig(
         level_name=config.level_name,
         num_envs=config.num_envs,
-        seed=config.seed + config.task * config.num_envs,
+        seed=env_seed,
         num_action_repeats=config.num_action_repeats,
     )
     with environments.make_environment(env_config) as env:
@@ -65,7 +67,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         spec, identity = transport.describe(
             env, agent, config.unroll_length, config.level_name, config.num_action_repeats
         )
-        actor = Actor(env, agent, config.unroll_length, seed=config.seed * 1_000_003 + config.task)
+        actor = Actor(env, agent, config.unroll_length, seed=sampling_seed)
         counts = _Counts()
         try:
             while True:
@@ -79,6 +81,19 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         except transport.LearnerFinishedError:
             report(f"actor {config.task}: learner finished after {counts.unrolls} unrolls; exiting")
         return counts.unrolls
+
+
+def derived_seeds(seed: int, task: int, num_envs: int) -> tuple[int, int]:
+    """This actor's seeds from the run's `--seed`: (first environment's, action sampling's).
+
+    Environment i of the actor gets the first seed + i. Seeds come from NumPy's SeedSequence
+    keyed by (run seed, actor task), so that no two actors, and no two runs with different
+    `--seed`, share a stream (`seed + task * num_envs` would make runs with seeds 0 and 1 share
+    all but one environment).
+    """
+    env_state, sampling_state = np.random.SeedSequence(seed, spawn_key=(task,)).generate_state(2)
+    # ALE takes environment seeds as C ints: keep seed + i below 2**31.
+    return int(env_state) % (2**31 - num_envs), int(sampling_state)
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import actor_loop
 import environments
 import networks
 from actor import Actor
@@ -116,3 +117,17 @@ def test_sampling_is_seeded():
 
     np.testing.assert_array_equal(run(5), run(5))
     assert not np.array_equal(run(5), run(6))
+
+
+def test_every_environment_of_every_actor_and_run_seed_gets_its_own_seed():
+    num_envs = 16
+    env_seeds, sampling_seeds = set(), set()
+    for seed in range(4):
+        for task in range(8):
+            env_seed, sampling_seed = actor_loop.derived_seeds(seed, task, num_envs)
+            assert env_seed >= 0 and env_seed + num_envs - 1 < 2**31
+            env_seeds.update(range(env_seed, env_seed + num_envs))
+            sampling_seeds.add(sampling_seed)
+    assert len(env_seeds) == 4 * 8 * num_envs  # no environment stream is shared
+    assert len(sampling_seeds) == 4 * 8
+    assert actor_loop.derived_seeds(3, 5, num_envs) == actor_loop.derived_seeds(3, 5, num_envs)
