@@ -1,0 +1,352 @@
+"""Learning curves: episode return against emulator frames and against training hours.
+
+  python plot.py runs/PongNoFrameskip-v4-20261122-101500 --out pong.png
+  python plot.py runs/pong-a runs/pong-b --smooth=50 --title="Pong, 2 seeds"
+
+Reads the TensorBoard event files the learner writes into a run folder and draws one PNG with two
+panels: `episode/return` against the run's emulator frames, and against its training hours
+(`time/training_secs`, which leaves out the time a run was stopped). Each run gets one colour: its
+per-episode returns faintly, their moving mean clearly on top. A run that was stopped and resumed
+is read like TensorBoard reads it: what the stopped learner wrote past the checkpoint the run
+resumed from is dropped.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import math
+import os
+import sys
+import tempfile
+from typing import NamedTuple
+
+# TensorFlow's C++ start-up notices (oneDNN, CPU features) are noise for users; errors still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+from absl import app, flags
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("out", "curves.png", "Where the PNG goes.")
+flags.DEFINE_integer(
+    "smooth", 20, "Episodes in the moving mean drawn over the raw returns (1: none).", lower_bound=1
+)
+flags.DEFINE_string("title", "", "Title above both panels (default: none).")
+
+RETURN_TAG = "episode/return"
+TRAINING_SECS_TAG = "time/training_secs"
+
+
+class PlotError(Exception):
+    """Something the user can fix: a wrong folder, a run with nothing to plot yet, a bad --out."""
+
+
+class Scalars(NamedTuple):
+    """One tag's scalar events, sorted by step (events of one step in the order written).
+
+    Attributes:
+      steps: [N] int64, the step each value was written at (emulator frames for the learner).
+      values: [N] float64.
+      wall_times: [N] float64, seconds since the epoch when each value was written.
+    """
+
+    steps: np.ndarray
+    values: np.ndarray
+    wall_times: np.ndarray
+
+
+class _Event(NamedTuple):
+    tag: str
+    step: int
+    wall_time: float
+    value: float
+
+
+class Run(NamedTuple):
+    """What a run folder's event files hold, after dropping what a resumed run overwrote.
+
+    Attributes:
+      scalars: each tag's scalar events.
+      start_wall_time: wall time of the run's first event (seconds since the epoch).
+    """
+
+    scalars: dict[str, Scalars]
+    start_wall_time: float
+
+
+class Curve(NamedTuple):
+    """One run's learning curve, one entry per finished episode.
+
+    Attributes:
+      name: the run's name in the legend.
+      frames: [N] emulator frames of the run when each episode was reported.
+      hours: [N] training hours then.
+      returns: [N] episode returns (real game scores).
+      smoothed: [N] moving mean of `returns`.
+      window: episodes in the moving mean.
+      frames_reached: the largest step the run wrote anything at.
+      hours_from_wall_time: True when the run has no training time yet, so that `hours` is wall
+        time since its first event (including any time it was stopped).
+    """
+
+    name: str
+    frames: np.ndarray
+    hours: np.ndarray
+    returns: np.ndarray
+    smoothed: np.ndarray
+    window: int
+    frames_reached: int
+    hours_from_wall_time: bool
+
+
+def event_files(run_folder: str) -> list[str]:
+    """The TensorBoard event files directly in `run_folder`, by name."""
+    return sorted(glob.glob(os.path.join(glob.escape(run_folder), "events.out.tfevents.*")))
+
+
+def read_scalars(run_folder: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every scalar tag in a run folder's event files, as TensorBoard would show it.
+
+    A resumed run has one event file per learner start; when a later file starts at step s,
+    what earlier files wrote at steps >= s is dropped (TensorBoard's purge). A truncated last
+    record (a crash mid-write) ends that file's events without an error.
+
+    Args:
+      run_folder: the folder holding `events.out.tfevents.*` (`<logdir>/<experiment>`).
+
+    Returns:
+      {tag: (steps, values)}: [N] int64 steps and [N] float64 values, sorted by step; {} when
+      the folder holds no event files.
+    """
+    return {
+        tag: (scalars.steps, scalars.values)
+        for tag, scalars in read_run(event_files(run_folder)).scalars.items()
+    }
+
+
+def read_run(paths: list[str]) -> Run:
+    """Reads a run's event files (see `read_scalars`), keeping wall times."""
+    files = sorted((_read_events(path) for path in paths), key=lambda file: file[0])
+    events: list[_Event] = []
+    for _, file_events in files:
+        if file_events:
+            start = min(event.step for event in file_events)
+            events = [event for event in events if event.step < start]
+            events.extend(file_events)
+    start_wall_time = files[0][0][0] if files else math.inf
+    return Run(_group_by_tag(events), start_wall_time)
+
+
+def _read_events(path: str) -> tuple[tuple[float, float], list[_Event]]:
+    """One event file: when it was started, and its scalar events.
+
+    When it was started is the wall time of its first event (the file version, in whole seconds),
+    then that of its first summary to tell apart files started in the same second (inf if none).
+    """
+    # TensorFlow takes seconds to import: only done once there are event files to read, so that
+    # a mistyped folder or --out is answered at once.
+    import tensorflow as tf
+
+    first_wall_time = first_summary_wall_time = math.inf
+    events = []
+    try:
+        for event in tf.compat.v1.train.summary_iterator(path):
+            first_wall_time = min(first_wall_time, event.wall_time)
+            if event.summary.value:
+                first_summary_wall_time = min(first_summary_wall_time, event.wall_time)
+            for value in event.summary.value:
+                number = _scalar(value)
+                if number is not None:
+                    events.append(_Event(value.tag, event.step, event.wall_time, number))
+    except tf.errors.DataLossError:
+        # A learner that crashed mid-write leaves a truncated last record: keep what came before.
+        logging.info("%s: stopped reading at a damaged record; kept the events before it", path)
+    return (first_wall_time, first_summary_wall_time), events
+
+
+def _scalar(value) -> float | None:
+    """A summary value as a float if it is a numeric scalar (not an image, histogram or text)."""
+    import tensorflow as tf
+
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind == "tensor":
+        array = tf.make_ndarray(value.tensor)
+        if array.size == 1 and array.dtype.kind in "biuf":
+            return float(array.reshape(()))
+    return None
+
+
+def _group_by_tag(events: list[_Event]) -> dict[str, Scalars]:
+    by_tag: dict[str, list[_Event]] = {}
+    for event in events:
+        by_tag.setdefault(event.tag, []).append(event)
+    grouped = {}
+    for tag, tag_events in by_tag.items():
+        steps = np.array([event.step for event in tag_events], dtype=np.int64)
+        order = np.argsort(steps, kind="stable")
+        grouped[tag] = Scalars(
+            steps=steps[order],
+            values=np.array([event.value for event in tag_events], dtype=np.float64)[order],
+            wall_times=np.array([event.wall_time for event in tag_events])[order],
+        )
+    return grouped
+
+
+def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving mean, [N] -> [N]: element i is the mean of values[max(0, i-window+1):i+1]."""
+    sums = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    ends = np.arange(1, len(values) + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def load_curve(run_folder: str, name: str, window: int) -> Curve:
+    """Reads one run's learning curve, raising PlotError if the folder has none to show."""
+    if not os.path.isdir(run_folder):
+        raise PlotError(f"run folder {run_folder} does not exist")
+    paths = event_files(run_folder)
+    if not paths:
+        raise PlotError(f"no TensorBoard events in {run_folder}: is it a run folder? (runs/<name>)")
+    run = read_run(paths)
+    episodes = run.scalars.get(RETURN_TAG)
+    if episodes is None or not len(episodes.steps):
+        raise PlotError(f"no finished episodes in {run_folder} yet")
+    training_secs = run.scalars.get(TRAINING_SECS_TAG)
+    has_training_time = training_secs is not None and len(training_secs.steps) > 0
+    if has_training_time:
+        # Steps are sorted, as np.interp needs.
+        seconds = np.interp(episodes.steps, training_secs.steps, training_secs.values)
+    else:
+        seconds = episodes.wall_times - run.start_wall_time
+    return Curve(
+        name=name,
+        frames=episodes.steps,
+        hours=seconds / 3600,
+        returns=episodes.values,
+        smoothed=moving_mean(episodes.values, window),
+        window=window,
+        frames_reached=int(max(scalars.steps.max() for scalars in run.scalars.values())),
+        hours_from_wall_time=not has_training_time,
+    )
+
+
+def run_names(run_folders: list[str]) -> list[str]:
+    """Each run's folder name, or its whole path where two runs share a folder name."""
+    names = [os.path.basename(os.path.normpath(folder)) for folder in run_folders]
+    return [
+        name if names.count(name) == 1 else os.path.normpath(folder)
+        for name, folder in zip(names, run_folders, strict=True)
+    ]
+
+
+def draw(curves: list[Curve], title: str = "") -> Figure:
+    """Two panels side by side: return against emulator frames, and against training hours."""
+    figure = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)  # renders with Agg, into a file: no display, no pyplot state
+    by_frames, by_hours = figure.subplots(1, 2)
+    for index, curve in enumerate(curves):
+        color = f"C{index % 10}"
+        for axes, x in ((by_frames, curve.frames), (by_hours, curve.hours)):
+            # Every run's raw returns under every run's smoothed curve.
+            axes.plot(x, curve.returns, color=color, alpha=0.25, linewidth=0.7, zorder=1)
+            axes.plot(x, curve.smoothed, color=color, linewidth=1.8, label=curve.name, zorder=3)
+    by_frames.xaxis.set_major_formatter(EngFormatter(sep=""))  # 50M, not 5e7
+    by_frames.set_xlabel("emulator frames")
+    by_hours.set_xlabel("training hours")
+    for axes in (by_frames, by_hours):
+        axes.set_ylabel("episode return (game score)")
+        axes.grid(alpha=0.3)
+    by_frames.legend(loc="best", fontsize="small")
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def check_out(out: str) -> None:
+    """Raises PlotError early if `out` cannot be written, before runs are read."""
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise PlotError(f"cannot write --out={out}: folder {folder} does not exist")
+    if os.path.isdir(out):
+        raise PlotError(f"cannot write --out={out}: it is a folder; name a file such as curves.png")
+    if not os.access(folder, os.W_OK):
+        raise PlotError(f"cannot write --out={out}: folder {folder} is not writable")
+
+
+def write_png(figure: Figure, out: str) -> None:
+    """Writes `figure` to `out` whole or not at all: a temporary file, then a rename."""
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=os.path.dirname(os.path.abspath(out)), prefix=".plot-", suffix=".png"
+        )
+    except OSError as error:
+        raise PlotError(f"cannot write --out={out}: {error.strerror}") from None
+    try:
+        with os.fdopen(handle, "wb") as file:
+            figure.savefig(file, format="png")
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a plot need not be
+        os.replace(temporary, out)
+    except OSError as error:
+        raise PlotError(f"cannot write --out={out}: {error.strerror or error}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def summary_line(curve: Curve, out: str) -> str:
+    """What the command prints for one run, e.g.
+
+    pong: 1,234 episodes, 50,000,000 frames, smoothed return 18.3 (last 20 episodes) -> curves.png
+    """
+    window = min(curve.window, len(curve.returns))
+    wall_time = ", hours from wall time (no time/training_secs yet)"
+    note = wall_time if curve.hours_from_wall_time else ""
+    return (
+        f"{curve.name}: {len(curve.returns):,} episodes, {curve.frames_reached:,} frames, "
+        f"smoothed return {curve.smoothed[-1]:.1f} (last {window} episodes){note} -> {out}"
+    )
+
+
+def plot_runs(run_folders: list[str], out: str, smooth: int = 20, title: str = "") -> list[str]:
+    """Draws the runs' learning curves into the PNG `out`. Returns one summary line per run."""
+    if smooth < 1:
+        raise PlotError(f"--smooth={smooth}: must be >= 1 (1: no smoothing)")
+    check_out(out)
+    curves = [
+        load_curve(folder, name, smooth)
+        for folder, name in zip(run_folders, run_names(run_folders), strict=True)
+    ]
+    write_png(draw(curves, title), out)
+    return [summary_line(curve, out) for curve in curves]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        raise app.UsageError("give one or more run folders, e.g. plot.py runs/<name>", exitcode=2)
+    # summary_iterator's deprecation notice is noise for users of this command.
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    try:
+        lines = plot_runs(argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title)
+    except PlotError as error:
+        print(f"plot.py: error: {error}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

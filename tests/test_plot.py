@@ -1,0 +1,264 @@
+"""plot.py: reading a run's TensorBoard events and drawing its learning curves."""
+
+import os
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT
+
+import plot
+
+
+def write_events(folder, steps, returns=None, training_secs=None, resume_at=None) -> str:
+    """Writes one event file into `folder` the way the learner does, one learner start's worth.
+
+    Args:
+      folder: the run folder.
+      steps: [N] emulator frames at which each episode is reported (repeats allowed).
+      returns: [N] episode returns; default a noisy Pong-like climb from -21.
+      training_secs: [N] training seconds at each step, or None to write no training time.
+      resume_at: (step, training seconds) of a `time/training_secs` written first: where a
+        resumed learner starts.
+
+    Returns:
+      The path of the new event file.
+    """
+    before = set(plot.event_files(str(folder)))
+    steps = np.asarray(steps)
+    if returns is None:
+        rng = np.random.default_rng(len(steps))
+        returns = np.clip(-21 + 42 * steps / steps.max() + rng.normal(0, 3, len(steps)), -21, 21)
+    writer = tf.summary.create_file_writer(str(folder))
+    with writer.as_default():
+        if resume_at is not None:
+            tf.summary.scalar("time/training_secs", resume_at[1], step=resume_at[0])
+        for index, (step, episode_return) in enumerate(zip(steps, returns, strict=True)):
+            step = int(step)
+            tf.summary.scalar("episode/return", episode_return, step=step)
+            tf.summary.scalar("episode/length_frames", 3000 + index, step=step)
+            tf.summary.scalar("loss/total", 1.0 / (index + 1), step=step)
+            if training_secs is not None:
+                tf.summary.scalar("time/training_secs", training_secs[index], step=step)
+    writer.close()
+    (path,) = set(plot.event_files(str(folder))) - before
+    return path
+
+
+def write_run(folder, episodes: int, frames_per_episode: int = 250_000, **kwargs) -> str:
+    """A run of `episodes` games, two of them reported at each step, 1 s of training per game."""
+    os.makedirs(folder, exist_ok=True)
+    steps = frames_per_episode * (1 + np.arange(episodes) // 2) * 2
+    return write_events(folder, steps, training_secs=1.0 + np.arange(episodes), **kwargs)
+
+
+def run_cli(*args: str, module: bool = False, cwd=ROOT) -> subprocess.CompletedProcess:
+    """Runs `python plot.py ARGS` (or `python -m plot ARGS`) as a user would."""
+    command = ["-m", "plot"] if module else [os.path.join(ROOT, "plot.py")]
+    return subprocess.run(
+        [sys.executable, *command, *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def run_main(*args: str) -> int:
+    """plot.main as app.run calls it: flags parsed from `args`, run folders left in argv."""
+    argv = plot.FLAGS(["plot.py", *args])
+    try:
+        return plot.main(argv)
+    finally:
+        plot.FLAGS.unparse_flags()
+
+
+def read_png(path) -> np.ndarray:
+    image = cv2.imread(str(path))
+    assert image is not None, f"{path} is not an image"
+    return image
+
+
+def colours(image: np.ndarray) -> set[tuple[int, int, int]]:
+    return set(map(tuple, image.reshape(-1, 3).tolist()))
+
+
+def bgr(hex_colour: str) -> tuple[int, int, int]:
+    return tuple(int(hex_colour[i : i + 2], 16) for i in (5, 3, 1))
+
+
+def test_two_runs_on_one_figure(tmp_path):
+    write_run(tmp_path / "pong-a", episodes=120)
+    write_run(tmp_path / "pong-b", episodes=80, frames_per_episode=400_000)
+    out = tmp_path / "figures" / "pong.png"
+    out.parent.mkdir()
+
+    result = run_cli(
+        str(tmp_path / "pong-a"), str(tmp_path / "pong-b"), f"--out={out}", "--title=Pong"
+    )
+
+    assert result.returncode == 0, result.stderr
+    a, b = result.stdout.splitlines()
+    assert a.startswith("pong-a: 120 episodes, 30,000,000 frames, smoothed return ")
+    assert a.endswith(f" (last 20 episodes) -> {out}")
+    assert b.startswith("pong-b: 80 episodes, 32,000,000 frames, smoothed return ")
+    image = read_png(out)
+    assert image.shape == (495, 1320, 3)  # 12 x 4.5 inches at 110 dpi
+    assert len(colours(image)) > 50  # two curves, text and grid, not a blank canvas
+    assert {bgr("#1f77b4"), bgr("#ff7f0e")} <= colours(image)  # one colour per run (C0, C1)
+    assert os.listdir(out.parent) == ["pong.png"]  # no temporary file left behind
+
+
+def test_default_out_and_wall_time_fallback(tmp_path, monkeypatch, capsys):
+    run = tmp_path / "cartpole"
+    run.mkdir()
+    write_events(run, steps=[1000, 2000, 3000], returns=[10.0, 30.0, 200.0])
+    monkeypatch.chdir(tmp_path)
+
+    assert run_main(str(run), "--smooth=1") == 0
+
+    assert capsys.readouterr().out == (
+        "cartpole: 3 episodes, 3,000 frames, smoothed return 200.0 (last 1 episodes), hours "
+        "from wall time (no time/training_secs yet) -> curves.png\n"
+    )
+    assert read_png(tmp_path / "curves.png").shape == (495, 1320, 3)
+
+
+def test_resumed_run_drops_what_the_stopped_learner_wrote_past_its_checkpoint(tmp_path):
+    # The first start reports episodes up to 10k frames, but its last checkpoint was at 6k; the
+    # second start resumes there (training time 6 s then), and its file sorts first by name.
+    first = write_events(
+        tmp_path, [2000, 4000, 6000, 8000, 10000], returns=[1.0] * 5, training_secs=[2, 4, 6, 8, 10]
+    )
+    second = write_events(
+        tmp_path, [7000, 9000], returns=[2.0] * 2, training_secs=[7, 9], resume_at=(6000, 6.0)
+    )
+    os.rename(second, os.path.join(tmp_path, "events.out.tfevents.0.resumed"))
+    assert plot.event_files(str(tmp_path))[1] == first
+
+    scalars = plot.read_scalars(str(tmp_path))
+
+    steps, values = scalars["episode/return"]
+    np.testing.assert_array_equal(steps, [2000, 4000, 7000, 9000])
+    np.testing.assert_array_equal(values, [1.0, 1.0, 2.0, 2.0])
+    steps, values = scalars["time/training_secs"]
+    np.testing.assert_array_equal(steps, [2000, 4000, 6000, 7000, 9000])
+    np.testing.assert_array_equal(values, [2, 4, 6, 7, 9])
+    assert steps.dtype == np.int64 and values.dtype == np.float64
+    assert set(scalars) == {
+        "episode/return",
+        "episode/length_frames",
+        "loss/total",
+        "time/training_secs",
+    }
+
+
+def test_truncated_last_record_keeps_what_was_read(tmp_path):
+    path = write_run(tmp_path / "complete", episodes=40)
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    with open(path, "rb") as file:
+        (crashed / os.path.basename(path)).write_bytes(file.read()[:-7])
+
+    steps, values = plot.read_scalars(str(crashed))["episode/return"]
+    all_steps, all_values = plot.read_scalars(str(tmp_path / "complete"))["episode/return"]
+
+    assert len(steps) >= 39  # at most the last episode is lost with the cut record
+    np.testing.assert_array_equal(steps, all_steps[: len(steps)])
+    np.testing.assert_array_equal(values, all_values[: len(steps)])
+    out = tmp_path / "crashed.png"
+    assert run_main(str(crashed), f"--out={out}") == 0
+    assert len(colours(read_png(out))) > 50
+
+
+def test_training_hours_are_training_secs_interpolated_at_each_episode(tmp_path):
+    write_events(tmp_path, [5000, 10000], returns=[1.0, 2.0], training_secs=[1800, 3600])
+    write_events(tmp_path, [20000], returns=[3.0], training_secs=[7200])
+
+    curve = plot.load_curve(str(tmp_path), "run", window=2)
+
+    np.testing.assert_allclose(curve.hours, [0.5, 1.0, 2.0])
+    np.testing.assert_allclose(curve.smoothed, [1.0, 1.5, 2.5])
+    assert curve.frames_reached == 20000 and not curve.hours_from_wall_time
+
+
+def test_moving_mean_by_hand():
+    values = np.array([1.0, 2.0, 3.0, 6.0])
+    np.testing.assert_allclose(plot.moving_mean(values, 2), [1.0, 1.5, 2.5, 4.5])
+    np.testing.assert_allclose(plot.moving_mean(values, 1), values)
+    np.testing.assert_allclose(plot.moving_mean(values, 20), [1.0, 1.5, 2.0, 3.0])
+
+
+def test_runs_sharing_a_folder_name_are_told_apart():
+    assert plot.run_names(["runs/a/", "b"]) == ["a", "b"]
+    assert plot.run_names(["x/pong", "y/pong"]) == ["x/pong", "y/pong"]
+
+
+def test_missing_folder_from_the_command_line(tmp_path):
+    result = run_cli(str(tmp_path / "nope"), f"--out={tmp_path / 'c.png'}", module=True)
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"plot.py: error: run folder {tmp_path / 'nope'} does not exist"
+    assert not os.listdir(tmp_path)
+
+
+def _no_events(folder):
+    (folder / "learner_0.json").write_text("{}")
+
+
+def _no_episodes(folder):
+    writer = tf.summary.create_file_writer(str(folder))
+    with writer.as_default():
+        tf.summary.scalar("time/training_secs", 5.0, step=4000)
+        tf.summary.scalar("loss/total", 0.5, step=4000)
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "make_run, message",
+    [
+        (_no_events, "no TensorBoard events in {run}: is it a run folder? (runs/<name>)"),
+        (_no_episodes, "no finished episodes in {run} yet"),
+    ],
+)
+def test_nothing_to_plot_is_one_line_and_no_png(tmp_path, capsys, make_run, message):
+    good, run = tmp_path / "good", tmp_path / "run"
+    write_run(good, episodes=4)
+    run.mkdir()
+    make_run(run)
+    out = tmp_path / "curves.png"
+
+    assert run_main(str(good), str(run), f"--out={out}") == 2
+
+    assert capsys.readouterr().err == f"plot.py: error: {message.format(run=run)}\n"
+    assert sorted(os.listdir(tmp_path)) == ["good", "run"]
+
+
+def test_unwritable_out_is_one_line_and_no_png(tmp_path, capsys):
+    write_run(tmp_path / "run", episodes=4)
+    out = tmp_path / "missing" / "curves.png"
+
+    assert run_main(str(tmp_path / "run"), f"--out={out}") == 2
+    assert capsys.readouterr().err == (
+        f"plot.py: error: cannot write --out={out}: folder {out.parent} does not exist\n"
+    )
+
+    assert run_main(str(tmp_path / "run"), f"--out={tmp_path}") == 2
+    assert "it is a folder" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    write_run(tmp_path / "run", episodes=4)
+
+    def fail(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(plot.PlotError, match="No space left on device"):
+        plot.plot_runs([str(tmp_path / "run")], str(tmp_path / "curves.png"))
+    assert sorted(os.listdir(tmp_path)) == ["run"]
