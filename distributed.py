@@ -8,6 +8,7 @@ step. Only rank 0 writes logs meant for people.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -49,6 +50,11 @@ def broadcast_from_chief(variables: list[tf.Variable]) -> None:
     """Overwrites `variables` with rank 0's values on every learner."""
     # Horovod: called once the network and the optimizer slots exist, so both are covered.
     hvd.broadcast_variables(variables, root_rank=0)
+
+
+def broadcast_object_from_chief(value: Any) -> Any:
+    """Rank 0's `value` (any picklable object), on every learner."""
+    return hvd.broadcast_object(value, root_rank=0, name="broadcast_object")
 
 
 def sum_over_learners(value: float, name: str) -> float:

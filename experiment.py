@@ -6,6 +6,8 @@
   python experiment.py --job_name=actor --task=3 --learner_hosts=h1:8001,h2:8001
   # Everything in one process, no transport:
   python experiment.py --job_name=local --level_name=CartPole-v1 --agent_name=MLPAgent
+  # Play 10 games with a trained run's latest checkpoint, recording each as an MP4:
+  python experiment.py --mode=test --checkpoint=runs/pong --record_video
 
 Hyperparameter flags must be the same for every process of a run; the learner checks that its
 actors play the same environment with the same network.
@@ -32,6 +34,13 @@ import local_training
 FLAGS = flags.FLAGS
 
 flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "test"],
+    "train: run the role given by --job_name. test: load a checkpoint (--checkpoint) and play "
+    "--test_num_episodes games with it, printing statistics of the real game score.",
+)
+flags.DEFINE_enum(
     "job_name",
     "local",
     ["learner", "actor", "local"],
@@ -53,9 +62,18 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_string(
     "logdir",
+    "runs",
+    "Holds the run folders: a run lives in <logdir>/<experiment> (its flags, TensorBoard "
+    "events, checkpoints, logs). '' writes nothing, not even checkpoints.",
+)
+flags.DEFINE_string(
+    "experiment",
     "",
-    "The run's folder: learner summaries and rank 0's checkpoints; starting again with the "
-    "same folder resumes from its latest checkpoint ('' for none).",
+    "Name of the run's folder under --logdir (default: <level_name>-<start time>). Starting "
+    "again with the folder of an earlier run resumes it from its latest checkpoint.",
+)
+flags.DEFINE_bool(
+    "summary_histograms", False, "Also write histograms of the weights to TensorBoard."
 )
 flags.DEFINE_float("save_every_secs", 600.0, "Rank 0 writes a checkpoint this often.")
 flags.DEFINE_integer("keep_checkpoints", 3, "How many recent checkpoints to keep.")
@@ -103,6 +121,24 @@ flags.DEFINE_float(
 flags.DEFINE_float("decay", 0.99, "RMSProp decay.")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
 flags.DEFINE_float("epsilon", 0.01, "RMSProp epsilon.")
+flags.DEFINE_string(
+    "checkpoint",
+    "",
+    "--mode=test: what to load: a run folder (its latest checkpoint), its checkpoints/ folder "
+    "or one checkpoint such as runs/pong/checkpoints/ckpt-5000. Default: the run folder "
+    "<logdir>/<experiment>.",
+)
+flags.DEFINE_integer("test_num_episodes", 10, "--mode=test: games to play.")
+flags.DEFINE_enum(
+    "test_policy",
+    "sample",
+    ["sample", "greedy"],
+    "--mode=test: sample actions from the policy, or take the most likely one.",
+)
+flags.DEFINE_bool("record_video", False, "--mode=test: write one MP4 per game.")
+flags.DEFINE_string(
+    "video_dir", "", "--mode=test --record_video: where the MP4s go (default: <run>/videos)."
+)
 
 
 def learner_config_from_flags() -> learner.LearnerConfig:
@@ -142,8 +178,42 @@ def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
         learner=learner_config_from_flags(),
         queue_capacity=FLAGS.queue_capacity,
         logdir=FLAGS.logdir,
+        experiment=FLAGS.experiment,
+        flag_values=flag_values(),
         save_every_secs=FLAGS.save_every_secs,
         keep_checkpoints=FLAGS.keep_checkpoints,
+        summary_histograms=FLAGS.summary_histograms,
+    )
+
+
+def flag_values() -> dict:
+    """Every flag this file defines, with its value: what a run folder's flags.json holds."""
+    return {flag.name: flag.value for flag in FLAGS.get_flags_for_module(sys.modules[__name__])}
+
+
+def evaluation_config_from_flags():
+    """The `evaluation.EvalConfig` of --mode=test."""
+    # Imported here: only --mode=test needs OpenCV and the rendering environments.
+    import evaluation
+
+    checkpoint = FLAGS.checkpoint
+    if not checkpoint:
+        if not (FLAGS.logdir and FLAGS.experiment):
+            raise ValueError(
+                "--mode=test: give --checkpoint (a run folder or a checkpoint), or --logdir "
+                "and --experiment naming the run"
+            )
+        checkpoint = os.path.join(FLAGS.logdir, FLAGS.experiment)
+    return evaluation.EvalConfig(
+        checkpoint=checkpoint,
+        num_episodes=FLAGS.test_num_episodes,
+        policy=FLAGS.test_policy,
+        record_video=FLAGS.record_video,
+        video_dir=FLAGS.video_dir,
+        seed=FLAGS.seed,
+        # Given explicitly, they must match the checkpoint's; otherwise it says what it is.
+        level_name=FLAGS.level_name if FLAGS["level_name"].present else None,
+        agent_name=FLAGS.agent_name if FLAGS["agent_name"].present else None,
     )
 
 
@@ -175,9 +245,11 @@ def run_local() -> None:
 
 
 def run_learner() -> int:
-    # Ctrl-C and SIGTERM ask the learner to finish its step, save a checkpoint and exit.
-    signal.signal(signal.SIGINT, _request_learner_stop)
-    signal.signal(signal.SIGTERM, _request_learner_stop)
+    # Ctrl-C, SIGTERM and SIGUSR1 ask the learners to finish their step, save a checkpoint and
+    # exit. SIGUSR1 is how launchers stop learners under mpirun: mpirun passes it on to every
+    # rank, whereas on SIGINT or SIGTERM it kills the ranks a moment later, saved or not.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, _request_learner_stop)
     summary = learner_loop.run(learner_job_config_from_flags())
     return 130 if summary["stopped_early"] else 0
 
@@ -188,6 +260,12 @@ def _request_learner_stop(signum, frame):
 
 def run_actor() -> None:
     actor_loop.run(actor_job_config_from_flags())
+
+
+def run_test() -> None:
+    import evaluation
+
+    evaluation.run(evaluation_config_from_flags())
 
 
 ROLES = {"local": run_local, "learner": run_learner, "actor": run_actor}
@@ -208,7 +286,7 @@ def main(argv: list[str]) -> int:
     absl_logging.set_verbosity(absl_logging.INFO)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        code = ROLES[FLAGS.job_name]()
+        code = run_test() if FLAGS.mode == "test" else ROLES[FLAGS.job_name]()
     except ValueError as error:
         # Bad flags, names or a mismatch between actor and learner: one line, no traceback.
         logging.debug("configuration error", exc_info=True)

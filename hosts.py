@@ -78,6 +78,14 @@ def tmux_interrupt(session: str, window: str) -> list[str]:
     return ["send-keys", "-t", f"={session}:{window}", "C-c"]
 
 
+def stop_learners_command(session: str) -> str:
+    """Shell command sending SIGUSR1 to the run's mpirun, which passes it on to every learner:
+    they finish their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a
+    moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
+    pane = shlex.quote(f"={session}:{launcher.LEARNERS_WINDOW}")
+    return f"pkill -USR1 -x mpirun -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\""
+
+
 def tmux_kill_session(session: str) -> list[str]:
     return ["kill-session", "-t", f"={session}"]
 
@@ -388,12 +396,15 @@ def stop_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
 
 
 def _stop_session(host: Host, session: str, timeout: float) -> bool:
-    """Ctrl-C to every window (processes clean up: learners tell actors), wait, then kill."""
+    """Stops the learners (SIGUSR1 to mpirun) and Ctrl-C to the other windows; waits, then
+    removes the session."""
     if host.tmux(tmux_has_session(session))[0] != 0:
         return False
     code, listing = host.tmux(tmux_list_windows(session))
     for name, alive, _ in parse_status(listing):
-        if alive:
+        if not alive:
+            continue
+        if name != launcher.LEARNERS_WINDOW or host.shell(stop_learners_command(session))[0]:
             host.tmux(tmux_interrupt(session, name))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,10 +7,14 @@ process runs; what it runs comes from here, so that tests can compare the comman
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from workers_csv import Worker
+
+# The tmux window of a run's mpirun, on the first learner host.
+LEARNERS_WINDOW = "learners"
 
 # Flags a launcher sets per process; the user's copies of these are not forwarded.
 PER_PROCESS_FLAGS = frozenset({"job_name", "task", "learner_hosts", "actor_hosts"})
@@ -169,6 +173,7 @@ def plan_run(
     workers: Sequence[Worker],
     flags: Sequence[str],
     run_name: str,
+    logdir: str = "runs",
     local_hosts: frozenset[str] = LOCAL_HOSTS,
     accept_unknown_host_keys: bool = False,
     known_hosts: str = "~/.ssh/known_hosts",
@@ -177,21 +182,21 @@ def plan_run(
 
     Learners start with one mpirun in a window `learners` on the first learner host; it reaches
     the other learner hosts over SSH with a generated ssh config. Actors each get a window
-    `actor_<task>` on their host. Every process gets the same hyperparameter `flags`.
+    `actor_<task>` on their host. Every process gets the same hyperparameter `flags`, and the
+    run folder `<logdir>/<run_name>` (relative to each host's workdir unless absolute) for its
+    log; learners keep the run's checkpoints and summaries there.
     """
     learners = learner_ranks(workers)
     actors = [w for w in workers if w.job == "actor"]
     learner_hosts = [w.address for w in learners]
     actor_hosts = [w.host for w in actors]
-    log_dir = f"runs/{run_name}"
-    # Learners write their summaries to the run's folder unless the user chose a --logdir.
-    given_logdir = any(flag.startswith("--logdir=") for flag in flags)
-    run_flags = list(flags) if given_logdir else [*flags, f"--logdir={log_dir}"]
+    log_dir = posixpath.join(logdir, run_name)
+    run_flags = [*flags, f"--logdir={logdir}", f"--experiment={run_name}"]
     windows: dict[str, list[Window]] = {}
     files: dict[str, list[tuple[str, str]]] = {}
     first = learners[0]
 
-    ssh_config_path = f"{first.workdir}/{log_dir}/ssh_config"
+    ssh_config_path = posixpath.join(first.workdir, log_dir, "ssh_config")
     mpirun_extra = []
     if any(w.host != first.host for w in learners):
         # Every learner host, the first included: mpirun may not recognise the name it runs
@@ -210,7 +215,7 @@ def plan_run(
         )
     learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
     windows.setdefault(first.host, []).append(
-        Window("learners", _in_workdir(first.workdir, log_dir, learner_line, "learners"))
+        Window(LEARNERS_WINDOW, _in_workdir(first.workdir, log_dir, learner_line, "learners"))
     )
     for actor in actors:
         argv = actor_command(

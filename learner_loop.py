@@ -16,7 +16,8 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -25,9 +26,11 @@ import checkpoints
 import distributed
 import environments
 import networks
+import run_folder
 import transport
 from learner import Batch, Learner, LearnerConfig
 from progress import Progress
+from summaries import Summaries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +40,13 @@ class LearnerJobConfig:
     Attributes:
       learner_hosts: "host:port" of every learner; learner rank r listens on the r-th.
       queue_capacity: trajectories the queue holds before actors block (0: 4 batches).
-      logdir: the run's folder: the learner's summary (`learner_<rank>.json`) and rank 0's
-        checkpoints (`checkpoints/`) go there, and a run started again with the same folder
-        resumes from its latest checkpoint. '' for none of that.
+      logdir: holds the run folders; this run's is `<logdir>/<experiment>` (see `run_folder`):
+        rank 0's flags, TensorBoard events and checkpoints, and every learner's summary
+        (`learner_<rank>.json`). A run started again on the same folder resumes from its
+        latest checkpoint. '' writes nothing.
+      experiment: the run folder's name; '' lets rank 0 name it after the level and the time.
+      flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
+      summary_histograms: also write histograms of the weights to TensorBoard.
       save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
       keep_checkpoints: how many recent checkpoints to keep.
       stall_warning_secs: warn when no full batch arrived for this long.
@@ -55,6 +62,9 @@ class LearnerJobConfig:
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     queue_capacity: int = 0
     logdir: str = ""
+    experiment: str = ""
+    flag_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    summary_histograms: bool = False
     log_every_secs: float = 5.0
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
@@ -63,6 +73,7 @@ class LearnerJobConfig:
 
     def __post_init__(self):
         check_learner_hosts(self.learner_hosts)
+        run_folder.check_name(self.experiment)
         if self.queue_capacity < 0:
             raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
         if self.keep_checkpoints < 1:
@@ -71,8 +82,8 @@ class LearnerJobConfig:
             raise ValueError(f"--save_every_secs={self.save_every_secs}: must be > 0")
 
 
-# Set by a signal handler (Ctrl-C, SIGTERM): the learner stops at the next step boundary, so
-# the checkpoint it then writes holds weights and counters of the same step.
+# Set by a signal handler (Ctrl-C, SIGTERM, SIGUSR1): the learners stop at the next step
+# boundary, all at the same one, so the checkpoint holds weights and counters of one step.
 _stop_requested = threading.Event()
 
 
@@ -109,6 +120,28 @@ class _Counters:
     first_step_time: float | None = None
     first_step_frames: int = 0
     last_step_time: float | None = None
+    # Training time before this start (from the checkpoint), and when this start began.
+    earlier_training_secs: float = 0.0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def training_secs(self) -> float:
+        return self.earlier_training_secs + time.monotonic() - self.started
+
+
+@dataclasses.dataclass
+class _Learning:
+    """Everything one learner trains with; built once by `run`."""
+
+    config: LearnerJobConfig
+    topology: distributed.Topology
+    agent: networks.Agent
+    trainer: Learner
+    service: transport.LearnerService
+    env_info: _EnvInfo
+    counters: _Counters
+    saver: _Saver
+    report: Callable[[str], None]  # rank 0's report; other ranks' is silent
+    summaries: Summaries | None  # rank 0 with a run folder only
 
 
 def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) -> dict:
@@ -119,6 +152,8 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
             f"--learner_hosts names {len(config.learner_hosts)} learners but "
             f"{topology.size} were started (mpirun -np must match)"
         )
+    chief_report = report if topology.is_chief else (lambda line: None)
+    run_dir = _open_run_folder(config, topology, chief_report)
     tf.random.set_seed(config.seed)
     env_info, agent = _build_agent(config)
     trainer = Learner(agent, config.learner, wrap_tape=distributed.wrap_tape)
@@ -126,7 +161,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
     )
-    checkpointer = _make_checkpointer(config, agent, trainer, identity)
+    checkpointer = _make_checkpointer(run_dir, config, agent, trainer, identity)
     resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
     # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
     # restored from a checkpoint or freshly initialised.
@@ -135,7 +170,6 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         + list(trainer.optimizer.variables)
         + (checkpointer.counters if checkpointer else [])
     )
-    capacity = config.queue_capacity or 4 * config.learner.batch_size
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
         spec=spec,
@@ -143,14 +177,14 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         variables=list(agent.variables),
         learner_index=topology.rank,
         num_learners=topology.size,
-        queue_capacity=capacity,
+        queue_capacity=config.queue_capacity or 4 * config.learner.batch_size,
     )
     counters = _Counters()
     start_frames = 0
     if checkpointer:
         counters.version, start_frames = int(checkpointer.version), int(checkpointer.frames)
+        counters.earlier_training_secs = float(checkpointer.training_secs)
     service.publish_weights(counters.version)
-    chief_report = report if topology.is_chief else (lambda line: None)
     if resumed_from:
         chief_report(
             f"resumed from {resumed_from}: {start_frames} frames done, weight version "
@@ -161,28 +195,35 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         f"{type(agent).__name__} at {config.learner_hosts[topology.rank]}; frames are emulator "
         f"frames ({env_info.frames_per_step} per agent step)"
     )
-    saver = _Saver(
-        checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
+    learning = _Learning(
+        config=config,
+        topology=topology,
+        agent=agent,
+        trainer=trainer,
+        service=service,
+        env_info=env_info,
+        counters=counters,
+        saver=_Saver(
+            checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
+        ),
+        report=chief_report,
+        summaries=(
+            Summaries(run_dir, config.summary_histograms) if run_dir and topology.is_chief else None
+        ),
     )
-    progress = _train(
-        config,
-        topology,
-        agent,
-        trainer,
-        service,
-        env_info,
-        counters,
-        chief_report,
-        start_frames,
-        saver,
-    )
-    saver.save(progress.frames, counters.version)
+    try:
+        progress = _train(learning, start_frames)
+    finally:
+        if learning.summaries:
+            learning.summaries.close()
+    learning.saver.save(progress.frames, counters.version, counters.training_secs())
     if progress.done:
         # Only a finished run tells the actors to exit; after a stop they keep trying to
         # reconnect, so that a resumed learner finds them.
         service.close(linger_secs=config.linger_secs)
     summary = {
         "rank": topology.rank,
+        "run_dir": run_dir,
         "frames": progress.frames,
         "steps": counters.steps,
         "weights_version": counters.version,
@@ -194,16 +235,46 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "mean_return": progress.mean_return,
         "best_mean_return": progress.best_mean_return,
         "frames_per_second_steady": _steady_rate(counters, progress.frames),
+        "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
         "stopped_early": not progress.done,
     }
-    _write_summary(config.logdir, topology.rank, summary)
+    _write_summary(run_dir, topology.rank, summary)
     chief_report(f"done: {progress.summary()}")
     return summary
 
 
-def _make_checkpointer(config, agent, trainer, identity) -> checkpoints.Checkpointer | None:
+def _open_run_folder(config: LearnerJobConfig, topology, report) -> str:
+    """The run folder ('' without --logdir); rank 0 names it if needed and saves the flags."""
     if not config.logdir:
+        return ""
+    name = config.experiment
+    if not name:
+        # Horovod: every learner writes into the folder rank 0 named, whatever its clock says.
+        name = distributed.broadcast_object_from_chief(
+            run_folder.default_name(config.level_name) if topology.is_chief else None
+        )
+    run_dir = os.path.join(config.logdir, name)
+    if topology.is_chief:
+        saved = run_folder.read_flags(run_dir)
+        if saved is not None:
+            changed = run_folder.changed_flags(saved, config.flag_values)
+            report(
+                f"run folder {run_dir} exists: resuming it"
+                + (f", with changed flags: {'; '.join(changed)}" if changed else "")
+            )
+        else:
+            report(f"run folder {run_dir}")
+        if config.flag_values:
+            run_folder.write_flags(run_dir, config.flag_values)
+    os.makedirs(run_dir, exist_ok=True)
+    return run_dir
+
+
+def _make_checkpointer(
+    run_dir, config, agent, trainer, identity
+) -> checkpoints.Checkpointer | None:
+    if not run_dir:
         return None
     # What a checkpoint must match to be resumed; the unroll length, batch size and the like
     # may change between runs.
@@ -216,7 +287,7 @@ def _make_checkpointer(config, agent, trainer, identity) -> checkpoints.Checkpoi
         "num_action_repeats",
     )
     return checkpoints.Checkpointer(
-        os.path.join(config.logdir, "checkpoints"),
+        os.path.join(run_dir, "checkpoints"),
         agent,
         trainer.optimizer,
         {key: identity[key] for key in keys},
@@ -233,14 +304,14 @@ class _Saver:
         self._report = report
         self._next = time.monotonic() + every_secs
 
-    def maybe_save(self, frames: int, version: int) -> None:
+    def maybe_save(self, frames: int, version: int, training_secs: float) -> None:
         if time.monotonic() >= self._next:
-            self.save(frames, version)
+            self.save(frames, version, training_secs)
 
-    def save(self, frames: int, version: int) -> None:
+    def save(self, frames: int, version: int, training_secs: float) -> None:
         if self._checkpointer is None:
             return
-        path = self._checkpointer.save(frames, version)
+        path = self._checkpointer.save(frames, version, training_secs)
         self._report(f"checkpoint {path} at {frames} frames, weight version {version}")
         self._next = time.monotonic() + self._every_secs
 
@@ -278,23 +349,19 @@ class _EnvInfo:
     frames_per_step: int
 
 
-def _train(
-    config, topology, agent, trainer, service, env_info, counters, report, start_frames, saver
-) -> Progress:
-    learner_config = config.learner
-    frames_per_step_all_learners = (
-        learner_config.batch_size
-        * learner_config.unroll_length
-        * env_info.frames_per_step
-        * topology.size
-    )
-    progress = Progress(learner_config.total_environment_frames, start_frames=start_frames)
+def _train(learning: _Learning, start_frames: int) -> Progress:
+    config, counters, service = learning.config, learning.counters, learning.service
+    batch_size = config.learner.batch_size
+    frames_per_trajectory = config.learner.unroll_length * learning.env_info.frames_per_step
+    frames_per_step_all_learners = batch_size * frames_per_trajectory * learning.topology.size
+    progress = Progress(config.learner.total_environment_frames, start_frames=start_frames)
     next_report = time.monotonic() + config.log_every_secs
-    while not progress.done and not _stop_requested.is_set():
-        queued = _wait_for_batch(service, learner_config.batch_size, config, topology, report)
-        if queued is None:  # asked to stop while waiting
+    while not progress.done:
+        queued = _wait_for_batch(service, batch_size, config, learning.topology)
+        learners = _learner_states(learning, queued)
+        if np.any(learners.stop):
             break
-        stats = trainer.step(_to_batch(queued, agent), progress.frames)
+        stats = learning.trainer.step(_to_batch(queued, learning.agent), progress.frames)
         counters.steps += 1
         counters.version += 1
         service.publish_weights(counters.version)
@@ -302,33 +369,83 @@ def _train(
         progress.add_frames(frames_per_step_all_learners)
         counters.last_step_time = time.monotonic()
         if counters.first_step_time is None:
-            counters.first_step_time, counters.first_step_frames = (
-                counters.last_step_time,
-                progress.frames,
-            )
-        saver.maybe_save(progress.frames, counters.version)
-        episodes = service.pop_episodes()
-        # Horovod: every learner's finished episodes, so rank 0 reports them all.
-        progress.add_episode_returns(
-            distributed.gather_from_learners(episodes.episode_return, "episode_returns")
-        )
+            counters.first_step_time = counters.last_step_time
+            counters.first_step_frames = progress.frames
+        learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
+        episodes = _gather_episodes(service)
+        progress.add_episode_returns(episodes[:, 0])
+        if learning.summaries and len(episodes):
+            learning.summaries.episodes(progress.frames, episodes[:, 0], episodes[:, 1])
         if time.monotonic() >= next_report or progress.done:
-            policy_lag = counters.version - 1 - float(np.mean(queued.weight_version.numpy()))
-            report(progress.line())
-            report(
-                f"  step {counters.steps} | loss {stats['loss/total']:.3f} "
-                f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
-                f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
-                f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} | "
-                f"queue {service.queue_size}/{service.queue_capacity}"
-            )
+            _report(learning, progress, stats, learners, frames_per_trajectory)
             next_report = time.monotonic() + config.log_every_secs
     return progress
 
 
-def _wait_for_batch(
-    service, batch_size, config, topology, report
-) -> transport.QueuedTrajectories | None:
+class _LearnerStates(NamedTuple):
+    """Every learner's state before a step, [L] each (index = rank)."""
+
+    stop: np.ndarray  # asked to stop (a signal), so every learner stops before this step
+    queue_size: np.ndarray
+    trajectories_received: np.ndarray
+    policy_lag: np.ndarray  # weight versions between acting and learning, batch mean
+
+
+def _learner_states(learning: _Learning, queued) -> _LearnerStates:
+    """Gathers every learner's state; `queued` is this learner's batch, None if it was stopped.
+
+    Horovod: this is also the vote on stopping. A learner asked to stop cannot leave alone:
+    the others would wait for it in the next all-reduce. So every learner says before each step
+    whether it was asked to, and all stop after the same step, with identical weights.
+    """
+    service = learning.service
+    stop = queued is None or _stop_requested.is_set()
+    lag = np.nan
+    if queued is not None:
+        lag = learning.counters.version - float(np.mean(queued.weight_version.numpy()))
+    own = [[float(stop), service.queue_size, service.trajectories_received, lag]]
+    states = distributed.gather_from_learners(np.asarray(own, np.float64), "learner_states")
+    return _LearnerStates(*states.T)
+
+
+def _gather_episodes(service: transport.LearnerService) -> np.ndarray:
+    """Every learner's finished games since the last step, [K, 2]: return, length in frames."""
+    games = service.pop_episodes()
+    # Horovod: gathered every step, by every learner, so that rank 0 reports them all.
+    return distributed.gather_from_learners(
+        np.stack([games.episode_return, games.episode_frames], axis=1).astype(np.float64),
+        "episodes",
+    )
+
+
+def _report(learning: _Learning, progress: Progress, stats, learners, frames_per_trajectory):
+    """Rank 0's progress lines and TensorBoard summaries."""
+    service, counters = learning.service, learning.counters
+    policy_lag = float(np.mean(learners.policy_lag))
+    learning.report(progress.line())
+    learning.report(
+        f"  step {counters.steps} | loss {stats['loss/total']:.3f} "
+        f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
+        f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
+        f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} | "
+        f"queue {service.queue_size}/{service.queue_capacity}"
+    )
+    summaries = learning.summaries
+    if summaries is None:
+        return
+    summaries.training(
+        progress.frames, stats, progress.last_rate, counters.training_secs(), policy_lag
+    )
+    summaries.learners(
+        progress.frames,
+        queue_fill=learners.queue_size / service.queue_capacity,
+        frames_received=learners.trajectories_received * frames_per_trajectory,
+    )
+    summaries.weights(progress.frames, learning.agent.variables)
+    summaries.flush()
+
+
+def _wait_for_batch(service, batch_size, config, topology) -> transport.QueuedTrajectories | None:
     """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None)."""
     started = time.monotonic()
     next_warning = started + config.stall_warning_secs
@@ -366,11 +483,10 @@ def weights_checksum(variables) -> str:
     return hasher.hexdigest()
 
 
-def _write_summary(logdir: str, rank: int, summary: dict) -> None:
-    if not logdir:
+def _write_summary(run_dir: str, rank: int, summary: dict) -> None:
+    if not run_dir:
         return
-    os.makedirs(logdir, exist_ok=True)
-    path = os.path.join(logdir, f"learner_{rank}.json")
+    path = os.path.join(run_dir, f"learner_{rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(summary, f, indent=2)
     os.replace(path + ".tmp", path)

@@ -31,6 +31,7 @@ class Progress:
         self._last_time = self._start
         self._last_frames = start_frames
         self._start_frames = start_frames
+        self.last_rate = 0.0  # what `rate` measured last
 
     def add_frames(self, frames: int) -> None:
         self.frames += frames
@@ -57,9 +58,9 @@ class Progress:
         """Frames per second since the previous call (or since the start)."""
         now = self._clock()
         elapsed = max(now - self._last_time, 1e-9)
-        rate = (self.frames - self._last_frames) / elapsed
+        self.last_rate = (self.frames - self._last_frames) / elapsed
         self._last_time, self._last_frames = now, self.frames
-        return rate
+        return self.last_rate
 
     def line(self) -> str:
         """The progress line, e.g.

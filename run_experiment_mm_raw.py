@@ -23,6 +23,7 @@ from absl import app, flags
 import experiment
 import hosts
 import launcher
+import run_folder
 import workers_csv
 
 FLAGS = flags.FLAGS
@@ -30,7 +31,10 @@ flags.DEFINE_string("workers_csv_path", None, "The workers CSV (see sandbox/READ
 flags.DEFINE_enum("action", "start", ["start", "status", "stop"], "What to do with the run.")
 flags.DEFINE_bool("dry_run", False, "Print every command for every host, and exit.")
 flags.DEFINE_string(
-    "run_name", "", "Names the run's tmux sessions and log folder (default: the CSV's name)."
+    "run_name",
+    "",
+    "Names the run's tmux sessions and its folder <logdir>/<run_name> on every host (default: "
+    "--experiment if given, else the CSV's name).",
 )
 flags.DEFINE_string(
     "known_hosts",
@@ -47,7 +51,16 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_name_for(csv_path: str) -> str:
-    return FLAGS.run_name or os.path.splitext(os.path.basename(csv_path))[0]
+    """The run's name: --run_name, or --experiment (the same thing for experiment.py), or the
+    CSV's file name."""
+    if FLAGS.run_name and FLAGS.experiment and FLAGS.run_name != FLAGS.experiment:
+        raise ValueError(
+            f"--run_name={FLAGS.run_name} and --experiment={FLAGS.experiment} disagree: "
+            f"both name the run's folder; give one"
+        )
+    name = FLAGS.run_name or FLAGS.experiment or os.path.splitext(os.path.basename(csv_path))[0]
+    run_folder.check_name(name)
+    return name
 
 
 def print_plan(plans: list[launcher.HostPlan]) -> None:
@@ -75,11 +88,19 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
-        given = {f.name: f.value for f in FLAGS.get_flags_for_module(experiment) if f.present}
+        if not FLAGS.logdir:
+            raise ValueError("--logdir is empty: the run needs a folder on each host")
+        # The run folder (--logdir, --experiment) is chosen here, once, for every process.
+        given = {
+            f.name: f.value
+            for f in FLAGS.get_flags_for_module(experiment)
+            if f.present and f.name not in ("logdir", "experiment")
+        }
         plans = launcher.plan_run(
             workers,
             launcher.forwarded_flags(given),
             run_name_for(FLAGS.workers_csv_path),
+            logdir=FLAGS.logdir,
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
             known_hosts=FLAGS.known_hosts,
         )

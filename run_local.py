@@ -2,10 +2,12 @@
 
   python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
   python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4
-  python run_local.py --run_dir=runs/PongNoFrameskip-v4-20261122-101500   # resume that run
+  python run_local.py --experiment=PongNoFrameskip-v4-20261122-101500   # resume that run
 
-Every experiment.py flag given here is passed to every process. The learners' progress shows in
-the terminal; each process also logs to the run folder. Ctrl-C stops every process of the run.
+Every experiment.py flag given here is passed to every process. The run lives in
+<logdir>/<experiment> (see `run_folder.py`); starting again on an existing run folder resumes it
+with the flags it was started with, except those given again here. The learners' progress shows
+in the terminal; each process also logs to the run folder. Ctrl-C stops every process of the run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import datetime
 import os
 import signal
 import socket
@@ -26,17 +27,11 @@ from absl import app, flags
 
 import experiment
 import launcher
+import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
 flags.DEFINE_integer("num_actors", 2, "Actor processes.")
-flags.DEFINE_string("runs_dir", "runs", "Each new run gets a folder here (logs, checkpoints).")
-flags.DEFINE_string(
-    "run_dir",
-    "",
-    "Use this run folder instead of a new one; if it holds checkpoints, training resumes from "
-    "the latest.",
-)
 flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -130,6 +125,17 @@ def _stop(processes: list[_Process], timeout: float) -> None:
             process.popen.wait()
 
 
+def _stop_learners(learners: _Process, timeout: float) -> None:
+    """SIGUSR1, which mpirun passes on to every rank: the learners finish their step, save a
+    checkpoint and exit. Whatever is left after `timeout` gets SIGTERM, then SIGKILL."""
+    if learners.popen.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(learners.popen.pid, signal.SIGUSR1)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            learners.popen.wait(timeout)
+    _stop([learners], timeout)
+
+
 def _signal_group(process: _Process, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.popen.pid, signum)
@@ -161,6 +167,38 @@ def _supervise(learner: _Process, actors: list[_Process], stop_timeout: float) -
     return code
 
 
+def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
+    """The experiment.py flags for every process, and the numbers of learners and actors.
+
+    Those given here; when `run_dir` is an earlier run's folder, the rest as that run was
+    started with (its flags.json, whose learner and actor lists give the numbers).
+    """
+    given = {
+        flag.name: flag.value for flag in FLAGS.get_flags_for_module(experiment) if flag.present
+    }
+    num_learners, num_actors = FLAGS.num_learners, FLAGS.num_actors
+    saved = run_folder.read_flags(run_dir)
+    if saved is None:
+        return given, num_learners, num_actors
+    if not FLAGS["num_learners"].present:
+        num_learners = len(saved.get("learner_hosts") or [None])
+    if not FLAGS["num_actors"].present:
+        num_actors = len(saved.get("actor_hosts") or [None] * num_actors)
+    kept = {
+        name: value
+        for name, value in saved.items()
+        if name not in given
+        and name not in run_folder.PER_PROCESS_FLAGS
+        and name in FLAGS
+        and value != FLAGS[name].default
+    }
+    print(
+        f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
+        f"{num_actors} actor(s)" + (f", {' '.join(launcher.forwarded_flags(kept))}" if kept else "")
+    )
+    return {**kept, **given}, num_learners, num_actors
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -168,32 +206,29 @@ def _raise_interrupt(signum, frame):
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if FLAGS.num_learners < 1 or FLAGS.num_actors < 1:
-        print(
-            "run_local.py: error: --num_learners and --num_actors must be at least 1",
-            file=sys.stderr,
-        )
+    if not FLAGS.logdir:
+        print("run_local.py: error: --logdir is empty: the run needs a folder", file=sys.stderr)
         return 2
-    run_dir = FLAGS.run_dir or os.path.join(
-        FLAGS.runs_dir,
-        f"{FLAGS.level_name.replace('/', '_')}-{datetime.datetime.now():%Y%m%d-%H%M%S}",
-    )
+    try:
+        run_folder.check_name(FLAGS.experiment)
+        experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
+        run_dir = os.path.join(FLAGS.logdir, experiment_name)
+        given, num_learners, num_actors = run_flags(run_dir)
+        if num_learners < 1 or num_actors < 1:
+            raise ValueError("--num_learners and --num_actors must be at least 1")
+    except ValueError as error:
+        print(f"run_local.py: error: {error}", file=sys.stderr)
+        return 2
     os.makedirs(run_dir, exist_ok=True)
-    given = {
-        flag.name: flag.value for flag in FLAGS.get_flags_for_module(experiment) if flag.present
-    }
-    given["logdir"] = os.path.abspath(run_dir)
+    given.update(logdir=os.path.abspath(FLAGS.logdir), experiment=experiment_name)
     learner_argv, actor_argvs = plan(
-        FLAGS.num_learners,
-        FLAGS.num_actors,
+        num_learners,
+        num_actors,
         launcher.forwarded_flags(given),
         sys.executable,
         as_root=os.geteuid() == 0,
     )
-    print(
-        f"[run_local] {FLAGS.num_learners} learner(s), {FLAGS.num_actors} actor(s); "
-        f"logs in {run_dir}/"
-    )
+    print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), True)
@@ -206,7 +241,8 @@ def main(argv: list[str]) -> int:
         return _supervise(learner, actors, FLAGS.stop_timeout_secs)
     except KeyboardInterrupt:
         print("\n[run_local] stopping every process of the run...")
-        _stop([learner, *actors], FLAGS.stop_timeout_secs)
+        _stop_learners(learner, FLAGS.stop_timeout_secs)
+        _stop(actors, FLAGS.stop_timeout_secs)
         print("[run_local] stopped")
         return 130
 

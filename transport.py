@@ -233,6 +233,7 @@ class LearnerService:
             1 << 20, [tf.int32, tf.float32, tf.int64, tf.int64], shapes=[[], [], [], []]
         )
         self._version = tf.Variable(-1, dtype=tf.int64, trainable=False)
+        self._received = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._finished = tf.Variable(False, trainable=False)
         self._snapshot = tf.Variable("", dtype=tf.string, trainable=False)
         self._server = _rpc.Server.create("grpc", address)
@@ -246,6 +247,11 @@ class LearnerService:
     @property
     def queue_capacity(self) -> int:
         return self._queue_capacity
+
+    @property
+    def trajectories_received(self) -> int:
+        """Trajectories actors have put into the queue since this learner started."""
+        return int(self._received)
 
     def publish_weights(self, version: int) -> None:
         """Makes the current variable values available to actors as `version`."""
@@ -322,6 +328,7 @@ class LearnerService:
 
         def accept():
             self._queue.enqueue_many(components)
+            self._received.assign_add(tf.cast(count, tf.int64))
             return tf.constant(ACCEPTED)
 
         # Never block a server thread on a full queue: the actor retries shortly (backpressure

@@ -118,7 +118,7 @@ def measure_end_to_end(frames: float) -> dict:
         argv = [
             sys.executable,
             "run_local.py",
-            f"--runs_dir={runs}",
+            f"--logdir={runs}",
             f"--level_name={FLAGS.level_name}",
             f"--agent_name={FLAGS.agent_name}",
             f"--num_actors={FLAGS.num_actors}",

@@ -40,6 +40,9 @@ class Processes:
         return process
 
     def experiment(self, name: str, *flags: str) -> subprocess.Popen:
+        # Run folders go under the test's folder unless a test chooses its own.
+        if not any(flag.startswith("--logdir=") for flag in flags):
+            flags = (*flags, f"--logdir={os.path.join(self._log_dir, 'runs')}")
         return self.start(name, [sys.executable, "-u", "experiment.py", *flags])
 
     def log(self, process: subprocess.Popen) -> str:
@@ -112,6 +115,18 @@ def wait_until(condition, timeout: float, message) -> None:
         if time.monotonic() > deadline:
             pytest.fail(message() if callable(message) else message)
         time.sleep(0.1)
+
+
+def processes_with(text: str) -> list[str]:
+    """Full command lines of the running processes that contain `text`, tmux's server aside (its
+    command line is that of the first session it served, whether or not that still exists)."""
+    # -ww: untruncated; without it ps cuts lines at 80 columns when not writing to a terminal.
+    out = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
+    return [
+        line
+        for line in out.splitlines()[1:]
+        if text in line and os.path.basename(line.split(maxsplit=1)[0]) != "tmux"
+    ]
 
 
 def read_text(path) -> str:

@@ -4,16 +4,20 @@ learner stopped with SIGTERM that resumes where it stopped."""
 import json
 import os
 import signal
+import subprocess
+import sys
 
+import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import read_text, wait_until
+from conftest import ROOT, read_text, wait_until
 from tensorflow.python.checkpoint import checkpoint_management
 
 import checkpoints
 import learner
 import networks
+import plot
 from actor import Steps
 from run_local import free_ports
 
@@ -135,7 +139,7 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         f"--total_environment_frames={BUDGET}",
     ]
     run_dir = tmp_path / "run"
-    learner_flags = ["--job_name=learner", f"--logdir={run_dir}", *common]
+    learner_flags = ["--job_name=learner", f"--logdir={tmp_path}", "--experiment=run", *common]
 
     first = processes.experiment("learner_1", *learner_flags)
     actor = processes.experiment("actor", "--job_name=actor", "--task=0", *common)
@@ -148,9 +152,14 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         processes.log(first)
     )
 
-    second = processes.experiment("learner_2", *learner_flags)
+    saved_flags = json.loads(read_text(run_dir / "flags.json"))
+    assert saved_flags["experiment"] == "run" and saved_flags["batch_size"] == 4
+
+    # The second start changes one flag that does not affect what a checkpoint holds.
+    second = processes.experiment("learner_2", *learner_flags, "--entropy_cost=0.02")
     assert processes.wait(second, 300) == 0, processes.log(second)
     log = processes.log(second)
+    assert "exists: resuming it, with changed flags: --entropy_cost: 0.01 -> 0.02" in log
     assert (
         f"{stopped['frames']} frames done, weight version {stopped['weights_version']}, "
         f"weights sha256 {stopped['weights_sha256']}" in log
@@ -159,4 +168,57 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert finished["frames"] >= BUDGET and not finished["stopped_early"]
     assert finished["steps"] == (BUDGET - stopped["frames"] + 19) // 20
     assert finished["weights_version"] == stopped["weights_version"] + finished["steps"]
+    assert finished["training_secs"] > stopped["training_secs"] > 0
     assert processes.wait(actor, 60) == 0  # it reconnected to the restarted learner
+    _check_curves_continue_across_the_resume(run_dir, stopped, finished)
+    _check_plot(run_dir, tmp_path / "curves.png")
+
+
+def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
+    """TensorBoard: one event file per start, curves over frames that go on after the resume."""
+    assert len(plot.event_files(str(run_dir))) == 2
+    scalars = plot.read_scalars(str(run_dir))
+    for tag in (
+        "loss/total",
+        "loss/policy_gradient",
+        "loss/baseline",
+        "loss/entropy",
+        "optimizer/gradient_norm",
+        "optimizer/learning_rate",
+        "progress/frames_per_sec",
+        "actors/policy_lag",
+        "learner_0/queue_fill",
+        "learner_0/frames_received",
+        "episode/length_frames",
+    ):
+        assert tag in scalars, sorted(scalars)
+    # Counter episodes: 10 steps, rewarded on steps 3, 6 and 9.
+    frames, returns = scalars["episode/return"]
+    assert set(returns) == {3.0} and frames.max() <= finished["frames"]
+    assert frames.min() <= stopped["frames"] < frames.max()  # points before and after the stop
+    assert set(scalars["episode/length_frames"][1]) == {10.0}
+    # Training time goes on from where it stopped, not from 0.
+    steps, seconds = scalars["time/training_secs"]
+    assert np.all(np.diff(seconds[np.argsort(steps, kind="stable")]) >= 0)
+    assert seconds.max() <= finished["training_secs"]
+    fill = scalars["learner_0/queue_fill"][1]
+    assert np.all((fill >= 0) & (fill <= 1))
+    learning_rates = scalars["optimizer/learning_rate"][1]
+    assert np.all(np.diff(learning_rates) <= 0) and learning_rates[0] <= np.float32(
+        6e-4
+    )  # annealed
+
+
+def _check_plot(run_dir, out):
+    """The learning-curve command on this real run folder writes a PNG."""
+    completed = subprocess.run(
+        [sys.executable, "plot.py", str(run_dir), f"--out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    image = cv2.imread(str(out))
+    assert image is not None and image.shape[0] > 200 and image.shape[1] > 400
+    assert str(out) in completed.stdout

@@ -7,13 +7,14 @@ check exactly what the learners received.
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, wait_until
+from conftest import ROOT, processes_with, wait_until
 
 import environments
 import learner
@@ -135,7 +136,7 @@ def _check_behaviour_logits(agent, queued, versions, weights_by_version):
 def _run_local(tmp_path, *flags, timeout=300):
     runs = tmp_path / "runs"
     completed = subprocess.run(
-        [sys.executable, "-u", "run_local.py", f"--runs_dir={runs}", *flags],
+        [sys.executable, "-u", "run_local.py", f"--logdir={runs}", *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -151,11 +152,6 @@ def _summaries(run_dir):
         for name in sorted(os.listdir(run_dir))
         if name.startswith("learner_")
     ]
-
-
-def _processes_of(run_dir):
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if str(run_dir) in line]
 
 
 def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(tmp_path):
@@ -180,7 +176,60 @@ def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(tm
     assert set(first["trajectories_by_actor"]) == {"0"}
     assert set(second["trajectories_by_actor"]) == {"1"}
     assert "done: 1.2k frames" in completed.stdout
-    assert _processes_of(run_dir) == []
+    assert processes_with(f"--logdir={run_dir.parent}") == []
+
+
+def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_saved_flags(
+    processes, tmp_path
+):
+    runs = tmp_path / "runs"
+    run_dir = runs / "pair"
+    first = processes.start(
+        "run_local_1",
+        [
+            sys.executable,
+            "-u",
+            "run_local.py",
+            f"--logdir={runs}",
+            "--experiment=pair",
+            "--num_learners=2",
+            "--num_actors=2",
+            f"--level_name={COUNTER}",
+            "--agent_name=MLPAgent",
+            f"--unroll_length={UNROLL_LENGTH}",
+            "--batch_size=4",
+            "--num_envs_per_actor=2",
+            "--total_environment_frames=2400",
+            "--learning_rate=0.01",
+        ],
+    )
+    wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
+    first.send_signal(signal.SIGINT)  # Ctrl-C
+    assert processes.wait(first, 60) == 130, processes.log(first)
+    stopped = _summaries(run_dir)
+    assert len(stopped) == 2 and all(s["stopped_early"] for s in stopped)
+    # Both learners stopped after the same step, with the same weights, and rank 0 saved them.
+    assert stopped[0]["steps"] == stopped[1]["steps"] > 0
+    assert stopped[0]["weights_sha256"] == stopped[1]["weights_sha256"]
+    assert f"at {stopped[0]['frames']} frames" in processes.log(first)
+    assert processes_with(f"--logdir={runs}") == []
+
+    # Only the run's name: the rest comes from its flags.json.
+    second = subprocess.run(
+        [sys.executable, "-u", "run_local.py", f"--logdir={runs}", "--experiment=pair"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "resuming" in second.stdout and "2 learner(s), 2 actor(s)" in second.stdout
+    assert "--num_envs_per_actor=2" in second.stdout
+    finished = _summaries(run_dir)
+    assert finished[0]["resumed_from"]  # rank 0 restores, then broadcasts to every rank
+    assert finished[0]["frames"] == finished[1]["frames"] == 2400
+    assert finished[0]["weights_sha256"] == finished[1]["weights_sha256"]
+    assert (stopped[0]["steps"] + finished[0]["steps"]) * 2 * 4 * UNROLL_LENGTH == 2400
 
 
 def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_actor_dies(
@@ -196,6 +245,7 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
         "--agent_name=MLPAgent",
         "--total_environment_frames=3000",
         f"--logdir={tmp_path}",
+        "--experiment=run",
         *common,
     )
     good = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in (0, 1)]
@@ -219,7 +269,7 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     good[0].kill()
     assert processes.wait(learner_process, 180) == 0, processes.log(learner_process)
     assert processes.wait(good[1], 30) == 0
-    summary = json.loads((tmp_path / "learner_0.json").read_text())
+    summary = json.loads((tmp_path / "run" / "learner_0.json").read_text())
     assert summary["frames"] >= 3000
     assert summary["trajectories_by_actor"]["1"] > 0
     assert "2" not in summary["trajectories_by_actor"]

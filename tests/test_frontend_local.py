@@ -4,7 +4,14 @@ import os
 import subprocess
 
 import pytest
-from conftest import ROOT, SMALL_RUN_FLAGS, read_text, run_frontend, wait_until
+from conftest import (
+    ROOT,
+    SMALL_RUN_FLAGS,
+    processes_with,
+    read_text,
+    run_frontend,
+    wait_until,
+)
 
 # The example from the original project's README, unchanged but for the CSV path.
 ORIGINAL_EXAMPLE = [
@@ -75,6 +82,5 @@ def test_local_start_status_stop(run_name):
 
     stopped = run_frontend(*flags, "--action=stop")
     assert stopped.returncode == 0, stopped.stderr
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert f"runs/{run_name}" not in ps
+    assert processes_with(f"--experiment={run_name}") == []
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout

@@ -63,7 +63,7 @@ def test_exact_actor_command(tmp_path):
     assert _script(n2.windows[0]) == (
         "cd /w && mkdir -p runs/cluster && env CUDA_VISIBLE_DEVICES= /opt/py -u experiment.py "
         "--job_name=actor --task=0 --learner_hosts=n1:8001,n1:8002,n2:8001 --actor_hosts=n2,n1 "
-        "--batch_size=32 --level_name=PongNoFrameskip-v4 --logdir=runs/cluster "
+        "--batch_size=32 --level_name=PongNoFrameskip-v4 --logdir=runs --experiment=cluster "
         "2>&1 | tee -a runs/cluster/actor_0.log"
     )
 
@@ -73,7 +73,7 @@ def test_exact_mpirun_line_one_context_per_learner(tmp_path):
     learner = (
         "-u experiment.py --job_name=learner --learner_hosts=n1:8001,n1:8002,n2:8001 "
         "--actor_hosts=n2,n1 --batch_size=32 --level_name=PongNoFrameskip-v4 "
-        "--logdir=runs/cluster"
+        "--logdir=runs --experiment=cluster"
     )
     assert _script(n1.windows[0]) == (
         "cd /w && mkdir -p runs/cluster && "
@@ -101,14 +101,18 @@ def test_ssh_config_for_mpirun_checks_host_keys_unless_told_not_to(tmp_path):
     assert "StrictHostKeyChecking accept-new" in n1.files[0][1]
 
 
-def test_a_users_logdir_is_kept(tmp_path):
+def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    plans = launcher.plan_run(workers, ["--logdir=/data/impala"], "cluster")
+    plans = launcher.plan_run(workers, [], "cluster", logdir="/data/impala")
     for plan in plans:
         for window in plan.windows:
-            assert window.command.count("--logdir=") == window.command.count("--logdir=/data")
+            assert window.command.count("--logdir=/data/impala --experiment=cluster") == (
+                window.command.count("experiment.py")
+            )
+            assert f"tee -a /data/impala/cluster/{window.name}.log" in window.command
+    assert plans[0].files[0][0] == "/data/impala/cluster/ssh_config"
 
 
 def test_session_names_are_per_run_and_host():
@@ -152,6 +156,11 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
     ]
     # Sessions are matched exactly, never as a prefix of another session's name.
     assert hosts.tmux_kill_session("impala_run") == ["kill-session", "-t", "=impala_run"]
+    # Learners are stopped through their mpirun, which passes SIGUSR1 on to every rank.
+    assert hosts.stop_learners_command("impala_run") == (
+        'pkill -USR1 -x mpirun -P "$(tmux display-message -p -t =impala_run:learners '
+        "'#{pane_pid}')\""
+    )
 
 
 def test_status_parsing_and_summary_line():

@@ -2,6 +2,7 @@
 "hosts" each with a learner and an actor, Horovod across them, then status and stop."""
 
 import getpass
+import json
 import os
 import shutil
 import socket
@@ -9,7 +10,14 @@ import subprocess
 import time
 
 import pytest
-from conftest import ROOT, SMALL_RUN_FLAGS, read_text, run_frontend, wait_until
+from conftest import (
+    ROOT,
+    SMALL_RUN_FLAGS,
+    processes_with,
+    read_text,
+    run_frontend,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -88,8 +96,7 @@ def _frontend(csv_path, known_hosts, run_name, *flags, timeout=180):
 
 
 def _run_processes(run_name):
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if f"runs/{run_name}" in line]
+    return processes_with(f"--experiment={run_name}")
 
 
 def test_start_status_progress_and_stop_across_two_hosts(sshd, tmp_path, run_name):
@@ -131,6 +138,16 @@ def test_start_status_progress_and_stop_across_two_hosts(sshd, tmp_path, run_nam
     )
     sessions = subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
     assert run_name not in sessions
+    # The learners, one on each host, stopped after the same step and rank 0 saved it.
+    run_dir = os.path.join(ROOT, "runs", run_name)
+    first, second = (
+        json.loads(read_text(os.path.join(run_dir, f"learner_{rank}.json"))) for rank in (0, 1)
+    )
+    assert first["stopped_early"] and second["stopped_early"]
+    assert first["steps"] == second["steps"] > 0
+    assert first["weights_sha256"] == second["weights_sha256"]
+    assert f"at {first['frames']} frames" in read_text(log)
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "checkpoint"))
 
 
 @pytest.mark.parametrize("problem", ["unreachable", "refused_key", "unknown_host_key", "busy_port"])

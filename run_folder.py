@@ -1,0 +1,82 @@
+"""The run folder: where everything of one training run lives, and the flags it was started with.
+
+  <logdir>/<experiment>/
+    flags.json                 every experiment.py flag of the latest start (rank 0)
+    events.out.tfevents.*      TensorBoard summaries (rank 0), one file per start
+    checkpoints/               rank 0's checkpoints (`checkpoints.py`)
+    learner_<rank>.json        each learner's closing summary
+    learners.log, actor_*.log  each process's output (written by the launchers)
+    videos/                    `experiment.py --mode=test --record_video`
+
+`--experiment` names the folder; without it a run gets `<level_name>-<start time>`. Starting again
+with an existing run folder resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+FLAGS_FILE = "flags.json"
+
+# Flags that say where and as what a process runs, not how it trains: they may differ between
+# the processes of one run and between its starts.
+PER_PROCESS_FLAGS = frozenset(
+    {"job_name", "task", "learner_hosts", "actor_hosts", "logdir", "experiment", "mode"}
+)
+
+
+def default_name(level_name: str, now: datetime.datetime | None = None) -> str:
+    """`<level_name>-<YYYYmmdd-HHMMSS>`, with '/' (as in `ALE/Pong-v5`) made safe for a path."""
+    now = now or datetime.datetime.now()
+    return f"{level_name.replace('/', '_')}-{now:%Y%m%d-%H%M%S}"
+
+
+def check_name(experiment: str) -> None:
+    """Raises a one-line error unless `experiment` is a plain folder name."""
+    if experiment in (".", "..") or "/" in experiment or "\\" in experiment:
+        raise ValueError(
+            f"--experiment={experiment!r}: must be a folder name (no '/'); the folder goes "
+            f"under --logdir"
+        )
+
+
+def read_flags(run_dir: str) -> dict[str, Any] | None:
+    """The flags saved in `run_dir`, or None if it has none.
+
+    Raises:
+      ValueError: the file exists but is not a JSON object (naming the file).
+    """
+    path = os.path.join(run_dir, FLAGS_FILE)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: expected a JSON object of flag values")
+    return saved
+
+
+def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
+    """Saves `flag_values` as `flags.json`, replacing the previous file only once complete."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, FLAGS_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(dict(flag_values), f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Training flags whose value differs from the saved run's, as `--name: old -> new`."""
+    return [
+        f"--{name}: {saved[name]!r} -> {current[name]!r}"
+        for name in sorted(current)
+        if name in saved and name not in PER_PROCESS_FLAGS and saved[name] != current[name]
+    ]

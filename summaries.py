@@ -1,0 +1,87 @@
+"""TensorBoard summaries of a training run, written by rank 0 into the run folder.
+
+Every summary's step is the run's emulator frame count (all learners together), so curves of
+runs with different numbers of learners or actors line up, and a resumed run continues its
+curves where they stopped. Tags:
+
+  episode/return, episode/length_frames   one point per finished game (real score, all lives)
+  progress/frames_per_sec                 emulator frames per second, all learners
+  time/training_secs                      seconds spent training, continued across resumes
+  loss/total, loss/policy_gradient, loss/baseline, loss/entropy
+  optimizer/gradient_norm, optimizer/learning_rate
+  actors/policy_lag                       learner steps between acting and learning, mean
+  learner_<rank>/queue_fill               fraction of that learner's queue in use
+  learner_<rank>/frames_received          emulator frames that learner's actors delivered
+  weights/<variable>                      histograms, with --summary_histograms
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+# The learner's step statistics (`learner.Learner.step`) and their tags here.
+_STEP_TAGS = {
+    "loss/total": "loss/total",
+    "loss/policy_gradient": "loss/policy_gradient",
+    "loss/baseline": "loss/baseline",
+    "loss/entropy": "loss/entropy",
+    "gradient_norm": "optimizer/gradient_norm",
+    "learning_rate": "optimizer/learning_rate",
+}
+
+
+class Summaries:
+    """Writes one run's TensorBoard events into `run_dir`."""
+
+    def __init__(self, run_dir: str, histograms: bool = False):
+        self._writer = tf.summary.create_file_writer(run_dir)
+        self._histograms = histograms
+
+    def episodes(self, frames: int, returns: np.ndarray, lengths_frames: np.ndarray) -> None:
+        """One point per finished game: its score and its length in emulator frames."""
+        with self._writer.as_default(step=frames):
+            for episode_return, length in zip(returns, lengths_frames, strict=True):
+                tf.summary.scalar("episode/return", float(episode_return))
+                tf.summary.scalar("episode/length_frames", float(length))
+
+    def training(
+        self,
+        frames: int,
+        step_stats: Mapping[str, float],
+        frames_per_sec: float,
+        training_secs: float,
+        policy_lag: float,
+    ) -> None:
+        """The learner's state at `frames`: losses, optimiser, speed."""
+        with self._writer.as_default(step=frames):
+            for name, tag in _STEP_TAGS.items():
+                tf.summary.scalar(tag, step_stats[name])
+            tf.summary.scalar("progress/frames_per_sec", frames_per_sec)
+            tf.summary.scalar("time/training_secs", training_secs)
+            tf.summary.scalar("actors/policy_lag", policy_lag)
+
+    def learners(
+        self, frames: int, queue_fill: Sequence[float], frames_received: Sequence[float]
+    ) -> None:
+        """Per learner (index = rank): how full its queue is and what its actors delivered."""
+        with self._writer.as_default(step=frames):
+            for rank, (fill, received) in enumerate(zip(queue_fill, frames_received, strict=True)):
+                tf.summary.scalar(f"learner_{rank}/queue_fill", fill)
+                tf.summary.scalar(f"learner_{rank}/frames_received", received)
+
+    def weights(self, frames: int, variables: Iterable[tf.Variable]) -> None:
+        """Histograms of every weight, if this run asked for them."""
+        if not self._histograms:
+            return
+        with self._writer.as_default(step=frames):
+            for variable in variables:
+                tf.summary.histogram("weights/" + variable.name.replace(":", "_"), variable)
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()

@@ -1,0 +1,47 @@
+"""The run folder: its name, the flags saved in it, and what a resumed run reports as changed."""
+
+import datetime
+import json
+
+import pytest
+
+import run_folder
+
+
+def test_default_name_is_the_level_and_the_start_time_safe_for_a_path():
+    now = datetime.datetime(2026, 11, 22, 10, 15, 0)
+    name = run_folder.default_name("PongNoFrameskip-v4", now)
+    assert name == "PongNoFrameskip-v4-20261122-101500"
+    assert run_folder.default_name("ALE/Pong-v5", now) == "ALE_Pong-v5-20261122-101500"
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", ".", "x\\y"])
+def test_an_experiment_name_must_be_a_plain_folder_name(name):
+    with pytest.raises(ValueError, match="must be a folder name"):
+        run_folder.check_name(name)
+    run_folder.check_name("pong-seed1")  # fine
+
+
+def test_flags_round_trip_and_replace_the_file_only_when_complete(tmp_path):
+    assert run_folder.read_flags(str(tmp_path)) is None
+    run_folder.write_flags(str(tmp_path / "run"), {"batch_size": 32, "learner_hosts": ["a:1"]})
+    assert run_folder.read_flags(str(tmp_path / "run")) == {
+        "batch_size": 32,
+        "learner_hosts": ["a:1"],
+    }
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["flags.json"]
+
+
+def test_a_broken_flags_file_is_named(tmp_path):
+    (tmp_path / "flags.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"flags.json: not valid JSON"):
+        run_folder.read_flags(str(tmp_path))
+    (tmp_path / "flags.json").write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        run_folder.read_flags(str(tmp_path))
+
+
+def test_changed_flags_name_training_flags_only():
+    saved = {"batch_size": 32, "learning_rate": 6e-4, "task": 0, "logdir": "runs", "old": 1}
+    current = {"batch_size": 64, "learning_rate": 6e-4, "task": 3, "logdir": "/data", "new": 2}
+    assert run_folder.changed_flags(saved, current) == ["--batch_size: 32 -> 64"]
