@@ -83,11 +83,10 @@ class Checkpointer:
         path = self.latest
         if path is None:
             return None
-        saved = tf.train.load_variable(path, _IDENTITY_KEY)
-        saved = saved.decode() if isinstance(saved, bytes) else str(saved)
-        if saved != self._identity:
+        saved = read_identity(path)
+        if saved != json.loads(self._identity):
             differences = transport.identity_mismatch(
-                json.loads(self._identity), json.loads(saved), "this run", "the checkpoint"
+                json.loads(self._identity), saved, "this run", "the checkpoint"
             )
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
         self._checkpoint.restore(path).assert_existing_objects_matched()

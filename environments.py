@@ -14,7 +14,13 @@ interface, `VectorEnvironment`, built by `make_environment(EnvConfig(...))`:
 * Any other Gymnasium id with a `Discrete` action space runs in a Gymnasium
   `SyncVectorEnv`.
 
-Both follow the IMPALA / scalable_agent convention: `StepOutput.done[i]` means
+`make_evaluation_environment(config, render=True)` builds the same games as whole
+Gymnasium envs stepped one by one in Python, slower but able to show each env's
+screen (`VectorEnvironment.render`, for videos). For Atari that is Gymnasium's own ALE
+env under `AtariPreprocessing`, arranged to give the very observations `AtariVectorEnv`
+gives.
+
+All of them follow the IMPALA / scalable_agent convention: `StepOutput.done[i]` means
 an episode ended on this step and `StepOutput.observation[i]` is already the
 first observation of the next one (same-step auto-reset). With
 `episodic_life`, losing an Atari life also ends a *training* episode, but the
@@ -29,9 +35,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+# Gymnasium draws classic-control screens (CartPole) off-screen with pygame. SDL's dummy
+# drivers need no display or sound server; without them SDL complains on headless machines.
+os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 import ale_py
 import gymnasium as gym
@@ -43,6 +55,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 ATARI_FRAME_SKIP = 4
 # Height, width, stacked frames: NHWC, the layout the networks expect.
 ATARI_OBSERVATION_SHAPE = (84, 84, 4)
+# The Atari 2600 (NTSC) draws 60 frames a second: an Atari game's real speed.
+ATARI_FRAMES_PER_SECOND = 60
 
 COUNTER_LEVEL = "impala/Counter-v0"
 
@@ -370,9 +384,10 @@ class _ActionRepeat(gym.Wrapper):
         return observation, total_reward, terminated, truncated, {**info, "frames": frames}
 
 
-def _make_gym_env(config: EnvConfig) -> gym.Env:
+def _make_gym_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     """One non-Atari env: the id, a frame cap, then action repeats."""
-    env = gym.make(config.level_name, **config.env_kwargs)
+    kwargs = dict(config.env_kwargs, render_mode=render_mode) if render_mode else config.env_kwargs
+    env = gym.make(config.level_name, **kwargs)
     # Inside the repeat wrapper, so the cap counts underlying steps ("frames").
     env = gym.wrappers.TimeLimit(env, max_episode_steps=config.max_episode_frames)
     return _ActionRepeat(env, config.num_action_repeats)
@@ -456,6 +471,227 @@ def _observation_spec(level_name: str, space: gym.Space) -> tuple[tuple[int, ...
 
 
 # --------------------------------------------------------------------------- #
+# Evaluation backend: one Gymnasium env per game, with its screen.
+# --------------------------------------------------------------------------- #
+
+
+class _AtariStart(gym.Wrapper):
+    """Starts and limits games the way `AtariVectorEnv` does, under `AtariPreprocessing`.
+
+    Wraps a frameskip=1 ALE env, so each `step` here is one emulator frame:
+    * `reset` draws d uniform in [0, noop_max), presses FIRE for one frame where the
+      game's action set has it, then runs no-ops until d frames have passed (restarting
+      the game if it ends meanwhile). The two draw d from their own random generators,
+      so only `noop_max=0` gives both the same games.
+    * A game is truncated once the agent's actions ran `max_episode_frames` frames (the
+      start frames do not count; ALE's own limit would count them).
+    """
+
+    def __init__(self, env: gym.Env, noop_max: int, max_episode_frames: int) -> None:
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self._fire = meanings.index("FIRE") if "FIRE" in meanings else None
+        self._noop = meanings.index("NOOP")
+        self._noop_max = noop_max
+        self._max_episode_frames = max_episode_frames
+        self._frames = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        observation, info = self.env.reset(seed=seed, options=options)
+        start_frames = int(self.np_random.integers(self._noop_max)) if self._noop_max else 0
+        if self._fire is not None:
+            observation, _, _, _, info = self.env.step(self._fire)
+            start_frames -= 1
+        for _ in range(start_frames):
+            observation, _, terminated, _, info = self.env.step(self._noop)
+            if terminated:
+                observation, info = self.env.reset()
+        self._frames = 0
+        return observation, info
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self._frames += 1
+        truncated = truncated or (self._frames >= self._max_episode_frames and not terminated)
+        return observation, reward, terminated, truncated, info
+
+
+class _StepFrames(gym.Wrapper):
+    """Adds `info["frames"]`: the emulator frames the last step ran, from ALE's frame count."""
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        observation, info = self.env.reset(**kwargs)
+        self._frame_number = int(info["episode_frame_number"])  # The start frames.
+        return observation, info
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        frame_number = int(info["episode_frame_number"])
+        frames, self._frame_number = frame_number - self._frame_number, frame_number
+        return observation, reward, terminated, truncated, {**info, "frames": frames}
+
+
+def _make_atari_game(config: EnvConfig) -> gym.Env:
+    """One Atari game as Gymnasium plays it, preprocessed as `AtariVectorEnv` does.
+
+    Observations are uint8 [4, 84, 84], oldest frame first, zeros before the game began.
+    """
+    env = gym.make(
+        config.level_name,
+        frameskip=1,  # AtariPreprocessing skips frames, max-pooling the last two.
+        repeat_action_probability=0.0,
+        full_action_space=False,
+        obs_type="grayscale",  # Cheapest per frame; AtariPreprocessing reads the screen itself.
+        render_mode="rgb_array",  # Only read when asked: `render()` is ALE's RGB screen.
+        max_num_frames_per_episode=None,  # _AtariStart limits frames as AtariVectorEnv does.
+    )
+    env = _AtariStart(env, config.noop_max, config.max_episode_frames)
+    env = gym.wrappers.AtariPreprocessing(
+        env,
+        noop_max=0,  # _AtariStart does them, after FIRE, as AtariVectorEnv does.
+        frame_skip=ATARI_FRAME_SKIP * config.num_action_repeats,
+        screen_size=ATARI_OBSERVATION_SHAPE[0],
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+    )
+    env = gym.wrappers.FrameStackObservation(env, ATARI_OBSERVATION_SHAPE[2], padding_type="zero")
+    return _StepFrames(env)
+
+
+def _check_can_render(spec: gym.envs.registration.EnvSpec) -> None:
+    """A one-line ValueError unless the id has an `rgb_array` render mode."""
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    if "rgb_array" not in getattr(creator, "metadata", {}).get("render_modes", []):
+        raise ValueError(
+            f"--level_name {spec.id!r} cannot show its screen (it has no 'rgb_array' render "
+            f"mode), so its games cannot be recorded"
+        )
+
+
+class _SerialBackend:
+    """One Gymnasium env per game, stepped in turn in Python, each able to show its screen.
+
+    Slower than the training backends, but every env is a whole Gymnasium env with
+    `render()`. Auto-resets on the same step like them; with `render`, the last screen of
+    a game that ended is kept (`render(final=True)`) before its env starts the next one.
+    """
+
+    def __init__(self, config: EnvConfig, spec: gym.envs.registration.EnvSpec, render: bool):
+        self._level_name = config.level_name
+        self._atari = _atari_game(spec) is not None
+        if render and not self._atari:
+            _check_can_render(spec)
+        self._keep_screens = render
+        if self._atari:
+            make_env = functools.partial(_make_atari_game, config)
+        else:
+            make_env = functools.partial(_make_gym_env, config, "rgb_array" if render else None)
+        self._envs: list[gym.Env] = []
+        try:
+            for _ in range(config.num_envs):
+                self._envs.append(make_env())
+            self._describe(config)
+        except BaseException:
+            self.close()
+            raise
+        self._lives = np.zeros(config.num_envs, np.int64)
+        self._final_screens: dict[int, np.ndarray] = {}
+
+    def _describe(self, config: EnvConfig) -> None:
+        env = self._envs[0]
+        self.num_actions = _discrete_actions(config.level_name, env.action_space)
+        if self._atari:
+            self.frames_per_step = ATARI_FRAME_SKIP * config.num_action_repeats
+            self.observation_shape = ATARI_OBSERVATION_SHAPE
+            self.observation_dtype = np.dtype(np.uint8)
+            fps = ATARI_FRAMES_PER_SECOND
+        else:
+            self.frames_per_step = config.num_action_repeats
+            self.observation_shape, self.observation_dtype = _observation_spec(
+                config.level_name, env.observation_space
+            )
+            fps = env.metadata.get("render_fps")
+        self.screen_fps = fps / self.frames_per_step if fps else None
+
+    def reset(self, seed: int | None) -> np.ndarray:
+        """Starts new games; `seed` seeds env i with seed + i."""
+        observations = []
+        for index, env in enumerate(self._envs):
+            observation, info = env.reset(seed=None if seed is None else seed + index)
+            observations.append(observation)
+            self._lives[index] = info.get("lives", 0)
+        self._final_screens.clear()
+        return self._batch(observations)
+
+    def step(self, actions: np.ndarray) -> _Transition:
+        self._final_screens.clear()
+        num_envs = len(self._envs)
+        observations = []
+        reward = np.zeros(num_envs, np.float32)
+        episode_end = np.zeros(num_envs, bool)
+        life_lost = np.zeros(num_envs, bool)
+        frames = np.zeros(num_envs, np.int64)
+        for index, env in enumerate(self._envs):
+            observation, reward[index], terminated, truncated, info = env.step(int(actions[index]))
+            episode_end[index] = terminated or truncated
+            frames[index] = info["frames"]
+            lives = int(info.get("lives", 0))
+            # As _AtariBackend: fewer lives, but some left, and the game goes on.
+            life_lost[index] = lives < self._lives[index] and lives > 0 and not episode_end[index]
+            if episode_end[index]:
+                if self._keep_screens:
+                    self._final_screens[index] = self._screen(env)
+                observation, info = env.reset()
+                lives = int(info.get("lives", 0))
+            self._lives[index] = lives
+            observations.append(observation)
+        return _Transition(
+            observation=self._batch(observations),
+            reward=reward,
+            episode_end=episode_end,
+            life_lost=life_lost,
+            frames=frames,
+        )
+
+    def render(self, final: bool) -> np.ndarray:
+        """RGB screens, uint8 [N, height, width, 3]; see `VectorEnvironment.render`."""
+        if not self._keep_screens:
+            raise ValueError(
+                f"{self._level_name!r} was built without screens: pass render=True to "
+                f"make_evaluation_environment"
+            )
+        screens = [
+            self._final_screens[index]
+            if final and index in self._final_screens
+            else self._screen(env)
+            for index, env in enumerate(self._envs)
+        ]
+        return np.stack(screens)
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+    def _screen(self, env: gym.Env) -> np.ndarray:
+        try:
+            return np.asarray(env.render(), np.uint8)
+        except gym.error.DependencyNotInstalled as error:
+            raise ValueError(
+                f"--level_name {self._level_name!r} cannot show its screen: {error}"
+            ) from error
+
+    def _batch(self, observations: list[np.ndarray]) -> np.ndarray:
+        if self._atari:
+            return _to_nhwc(np.stack(observations))
+        return np.asarray(np.stack(observations), self.observation_dtype)
+
+
+# --------------------------------------------------------------------------- #
 # The vector environment and its factory.
 # --------------------------------------------------------------------------- #
 
@@ -470,7 +706,9 @@ class VectorEnvironment:
     Use as a context manager, or call `close()`, to free threads and emulators.
     """
 
-    def __init__(self, backend: _AtariBackend | _GymBackend, config: EnvConfig) -> None:
+    def __init__(
+        self, backend: _AtariBackend | _GymBackend | _SerialBackend, config: EnvConfig
+    ) -> None:
         self._backend = backend
         self._config = config
         self.num_envs: int = config.num_envs
@@ -530,6 +768,39 @@ class VectorEnvironment:
         if self._config.episodic_life:
             done = done | transition.life_lost
         return StepOutput(reward=transition.reward, done=done, observation=transition.observation)
+
+    def render(self, final: bool = False) -> np.ndarray:
+        """The screen of every environment, as a person would see it.
+
+        Only for vectors from `make_evaluation_environment(config, render=True)`.
+
+        Args:
+            final: For the environments whose episode ended on the last `step()` (and
+                that already started the next one, as their observation shows): the
+                last screen of the episode that ended instead of the first of the next.
+
+        Returns:
+            uint8 [N, height, width, 3] RGB, e.g. [N, 210, 160, 3] for Atari.
+
+        Raises:
+            ValueError: The vector was built without screens, or its id cannot show one.
+        """
+        self._check_open()
+        if not isinstance(self._backend, _SerialBackend):
+            raise ValueError(
+                f"{self._config.level_name!r} was built for training, without screens: use "
+                f"make_evaluation_environment(config, render=True)"
+            )
+        return self._backend.render(final)
+
+    @property
+    def screen_fps(self) -> float | None:
+        """`render()` screens per second of real time when shown once per agent step.
+
+        Atari: the console's 60 frames/s over `frames_per_step` (15 for frame skip 4).
+        Other ids: their `render_fps` over `frames_per_step`. None where unknown.
+        """
+        return getattr(self._backend, "screen_fps", None)
 
     def pop_episode_stats(self) -> list[EpisodeStats]:
         """Whole episodes (games) finished since the last call, oldest first."""
@@ -597,12 +868,44 @@ def make_environment(config: EnvConfig) -> VectorEnvironment:
     game = _atari_game(spec)
     if game is None:
         return VectorEnvironment(_GymBackend(config), config)
+    _check_no_atari_env_kwargs(config)
+    return VectorEnvironment(_AtariBackend(config, game), config)
+
+
+def make_evaluation_environment(config: EnvConfig, render: bool = False) -> VectorEnvironment:
+    """Builds `config`'s environments as whole Gymnasium envs, whose screens can be shown.
+
+    The same games as `make_environment(config)`, but each env is stepped in turn in
+    Python (slower) and can show its RGB screen (`VectorEnvironment.render`). Atari ids
+    run Gymnasium's own ALE env (frameskip 1, no sticky actions, minimal action set)
+    under `AtariPreprocessing` (frame skip 4 x repeats, max-pooling the last two frames,
+    84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
+    `AtariVectorEnv` does them (`_AtariStart`) and 4 stacked frames, zeros before the
+    game began. With `noop_max=0` its observations, rewards and episode ends equal
+    `make_environment(config)`'s exactly (tests/test_evaluation.py checks it); with
+    no-op starts the two draw their number from different random generators.
+
+    Args:
+        config: As for `make_environment`.
+        render: Keep screens: `render()` works, and the last screen of an episode is kept
+            when its env starts the next one. Other than Atari, the id needs an
+            'rgb_array' render mode (CartPole's also needs pygame).
+
+    Raises:
+        ValueError: As `make_environment`; with `render`, an id that cannot show its screen.
+    """
+    spec = _find_spec(config.level_name)
+    if _atari_game(spec) is not None:
+        _check_no_atari_env_kwargs(config)
+    return VectorEnvironment(_SerialBackend(config, spec, render), config)
+
+
+def _check_no_atari_env_kwargs(config: EnvConfig) -> None:
     if config.env_kwargs:
         raise ValueError(
             f"--env_kwargs {dict(config.env_kwargs)} are not supported for the Atari id "
             f"{config.level_name!r}; Atari settings come from EnvConfig fields"
         )
-    return VectorEnvironment(_AtariBackend(config, game), config)
 
 
 def _find_spec(level_name: str) -> gym.envs.registration.EnvSpec:

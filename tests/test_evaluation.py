@@ -1,0 +1,460 @@
+"""Evaluation (`experiment.py --mode=test`): the evaluation environment plays exactly the
+training environment's games, checkpoints are found and checked, every game is played whole
+with the checkpoint's policy, and each becomes an MP4 of the real game."""
+
+import os
+import re
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import ROOT
+
+import checkpoints
+import evaluation
+import learner
+import networks
+from environments import (
+    COUNTER_LEVEL,
+    EnvConfig,
+    StepOutput,
+    make_environment,
+    make_evaluation_environment,
+)
+from evaluation import EvalConfig
+from run_local import free_ports
+
+BREAKOUT = "BreakoutNoFrameskip-v4"
+
+
+def _random_play(env, num_steps: int, seed: int = 0) -> list[StepOutput]:
+    rng = np.random.default_rng(seed)
+    outputs = [env.reset()]
+    for _ in range(num_steps):
+        outputs.append(env.step(rng.integers(0, env.num_actions, env.num_envs)))
+    return outputs
+
+
+# --------------------------------------------------------------------------- #
+# The evaluation environment.
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(
+    "level_name, options, num_steps",
+    [
+        # These random actions lose 4 lives (each a `done`: episodic life), score 1 point and
+        # lose the game at step 157; the next game starts with FIRE as the first did.
+        (BREAKOUT, {"num_envs": 1}, 170),
+        # Frame limit 90 with 8 frames a step: every game is cut in the middle of a step.
+        (BREAKOUT, {"num_envs": 1, "num_action_repeats": 2, "max_episode_frames": 90}, 30),
+        ("ALE/MsPacman-v5", {"num_envs": 2}, 50),  # No FIRE in its action set.
+    ],
+)
+def test_evaluation_environment_plays_the_training_games_exactly(level_name, options, num_steps):
+    """AtariVectorEnv (C++) against Gymnasium's ALE env under AtariPreprocessing: with the
+    same seed and actions and no no-ops, every observation (all 84x84x4 pixels), reward, done
+    and finished game is identical, across life losses, game overs and resets."""
+    config = EnvConfig(level_name, seed=3, noop_max=0, **options)
+    with make_environment(config) as training, make_evaluation_environment(config) as evaluating:
+        assert evaluating.observation_shape == training.observation_shape
+        assert evaluating.num_actions == training.num_actions
+        assert evaluating.frames_per_step == training.frames_per_step
+        expected = _random_play(training, num_steps, seed=1)
+        played = _random_play(evaluating, num_steps, seed=1)
+        for step, (want, got) in enumerate(zip(expected, played, strict=True)):
+            for field in StepOutput._fields:
+                np.testing.assert_array_equal(
+                    getattr(got, field), getattr(want, field), err_msg=f"{field}, step {step}"
+                )
+        games = training.pop_episode_stats()
+        assert evaluating.pop_episode_stats() == games
+    dones = sum(int(output.done.sum()) for output in expected[1:])
+    if "max_episode_frames" in options:
+        assert len(games) == 2 and all(game.episode_frames == 90 for game in games)
+    elif level_name == BREAKOUT:
+        assert (len(games), dones, games[0].episode_return) == (1, 5, 1.0)
+
+
+def test_screens_show_each_game_from_its_first_to_its_last_frame():
+    config = EnvConfig(BREAKOUT, seed=1, noop_max=0, episodic_life=False)
+    with make_evaluation_environment(config, render=True) as env:
+        assert env.screen_fps == 15.0  # 60 frames/s, 4 frames a step.
+        first = env.reset()
+        start = env.render()
+        assert start.shape == (1, 210, 160, 3) and start.dtype == np.uint8
+        np.testing.assert_array_equal(env.render(final=True), start)  # Nothing ended yet.
+        # The agent sees the screen greyed and shrunk (the ALE's greys, as in training).
+        grey = cv2.resize(cv2.cvtColor(start[0], cv2.COLOR_RGB2GRAY), (84, 84), cv2.INTER_AREA)
+        assert np.abs(grey.astype(int) - first.observation[0, ..., -1]).mean() < 2
+        rng = np.random.default_rng(0)
+        while not env.step(rng.integers(0, env.num_actions, 1)).done[0]:
+            pass
+        # The game over: its last screen, while the env already shows the next game's first.
+        last, now = env.render(final=True), env.render()
+        np.testing.assert_array_equal(now, start)  # Without no-ops every game starts alike.
+        assert not np.array_equal(last, now)
+
+
+def test_screens_only_where_asked_and_possible():
+    config = EnvConfig("CartPole-v1")
+    with make_environment(config) as env, pytest.raises(ValueError, match="without screens"):
+        env.reset()
+        env.render()
+    with make_evaluation_environment(config) as env, pytest.raises(ValueError, match="render="):
+        env.reset()
+        env.render()
+    with pytest.raises(ValueError, match=f"'{COUNTER_LEVEL}' cannot show its screen"):
+        make_evaluation_environment(EnvConfig(COUNTER_LEVEL), render=True)
+
+
+# --------------------------------------------------------------------------- #
+# Checkpoints.
+# --------------------------------------------------------------------------- #
+
+
+def _save_checkpoints(
+    run_dir, level_name="CartPole-v1", agent_name="MLPAgent", versions=(3, 7), shape=(4,)
+) -> list[list[np.ndarray]]:
+    """Writes checkpoints as the learner does (weights, optimizer, counters, identity);
+    returns each one's weights."""
+    dtype = "float32" if len(shape) == 1 else "uint8"
+    num_actions = 2 if level_name == "CartPole-v1" else 4
+    agent = networks.make_agent(agent_name, num_actions)
+    networks.build_variables(agent, shape, dtype)
+    trainer = learner.Learner(agent, learner.LearnerConfig())
+    trainer.create_optimizer_slots()
+    identity = {
+        "level_name": level_name,
+        "agent_name": type(agent).__name__,
+        "num_actions": num_actions,
+        "observation_shape": list(shape),
+        "observation_dtype": dtype,
+        "num_action_repeats": 1,
+    }
+    saver = checkpoints.Checkpointer(
+        os.path.join(run_dir, "checkpoints"), agent, trainer.optimizer, identity, keep=3
+    )
+    weights = []
+    for version in versions:
+        for variable in agent.trainable_variables:
+            # Other weights for each checkpoint, still close to a fresh network's: large
+            # ones would make a near-deterministic policy that may never press FIRE.
+            variable.assign_add(tf.random.normal(variable.shape, stddev=0.01, seed=version))
+        saver.save(frames=100 * version, version=version)
+        weights.append([v.numpy() for v in agent.variables])
+    return weights
+
+
+@pytest.fixture
+def cartpole_run(tmp_path):
+    run_dir = str(tmp_path / "run")
+    return run_dir, _save_checkpoints(run_dir)
+
+
+def test_a_run_folder_its_checkpoints_folder_and_one_checkpoint(cartpole_run):
+    run_dir, _ = cartpole_run
+    latest = os.path.join(run_dir, "checkpoints", "ckpt-7")
+    assert evaluation.resolve_checkpoint(run_dir) == latest
+    assert evaluation.resolve_checkpoint(os.path.join(run_dir, "checkpoints")) == latest
+    older = os.path.join(run_dir, "checkpoints", "ckpt-3")
+    assert evaluation.resolve_checkpoint(older) == older
+    assert evaluation.run_folder(older) == os.path.abspath(run_dir)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("nothing_here", "no such run folder, checkpoints folder or checkpoint"),
+        ("empty", "no checkpoint in"),
+        ("run/checkpoints/ckpt-5", "no such run folder"),
+    ],
+)
+def test_missing_checkpoints_are_one_line_errors_naming_the_path(cartpole_run, name, message):
+    run_dir, _ = cartpole_run
+    os.makedirs(os.path.join(os.path.dirname(run_dir), "empty"))
+    path = os.path.join(os.path.dirname(run_dir), name)
+    with pytest.raises(ValueError, match=message) as error:
+        evaluation.run(EvalConfig(checkpoint=path), report=lambda line: None)
+    assert f"--checkpoint={path}:" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ({"level_name": "Acrobot-v1"}, "--level_name=Acrobot-v1 differs from the checkpoint's "),
+        ({"agent_name": "ResNetAgent"}, "--agent_name=ResNetAgent differs from the checkpoint's "),
+    ],
+)
+def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
+    cartpole_run, option, expected
+):
+    run_dir, _ = cartpole_run
+    with pytest.raises(ValueError) as error:
+        evaluation.run(EvalConfig(checkpoint=run_dir, **option), report=lambda line: None)
+    saved = "CartPole-v1" if "level_name" in option else "MLPAgent"
+    assert str(error.value).startswith(f"{expected}{saved} (")
+
+
+def test_restores_every_weight_of_the_checkpoint_it_names(cartpole_run):
+    run_dir, weights = cartpole_run
+    older = os.path.join(run_dir, "checkpoints", "ckpt-3")
+    agent = evaluation.restore_agent(older, checkpoints.read_identity(older))
+    for restored, saved in zip(agent.variables, weights[0], strict=True):
+        np.testing.assert_array_equal(restored.numpy(), saved)
+
+
+def test_a_checkpoint_without_the_networks_weights_is_refused(tmp_path):
+    identity = {"agent_name": "MLPAgent", "num_actions": 2, "observation_shape": [4]}
+    identity["observation_dtype"] = "float32"
+    path = tf.train.Checkpoint(frames=tf.Variable(1)).write(str(tmp_path / "ckpt-1"))
+    with pytest.raises(ValueError, match="does not hold all weights of a MLPAgent"):
+        evaluation.restore_agent(path, identity)
+    with pytest.raises(ValueError, match="not a checkpoint of this project's learner"):
+        evaluation.read_identity(path)
+
+
+@pytest.mark.parametrize(
+    "option, flag",
+    [
+        ({"checkpoint": ""}, "--checkpoint"),
+        ({"num_episodes": 0}, "--test_num_episodes"),
+        ({"num_episodes": 2.0}, "--test_num_episodes"),
+        ({"policy": "best"}, "--test_policy"),
+        ({"seed": -1}, "--seed"),
+        ({"level_name": ""}, "--level_name"),
+    ],
+)
+def test_bad_options_name_the_flag(option, flag):
+    with pytest.raises(ValueError, match=f"^{flag}"):
+        EvalConfig(**{"checkpoint": "runs/x", **option})
+
+
+# --------------------------------------------------------------------------- #
+# Playing.
+# --------------------------------------------------------------------------- #
+
+
+def test_each_game_is_played_whole_with_its_own_seed_however_many_at_once(
+    cartpole_run, monkeypatch
+):
+    run_dir, _ = cartpole_run
+    config = EvalConfig(checkpoint=run_dir, num_episodes=3, policy="greedy", seed=5)
+    lines = []
+    together = evaluation.run(config, report=lines.append)
+    monkeypatch.setattr(evaluation, "MAX_PARALLEL_GAMES", 2)
+    in_rounds = evaluation.run(config, report=lambda line: None)  # 2 games, then 1.
+    assert in_rounds.games == together.games
+    assert [game.index for game in together.games] == [1, 2, 3]
+    # CartPole: one frame per step, a reward of 1 per step.
+    assert all(game.frames == game.steps == game.score for game in together.games)
+    one = evaluation.run(
+        EvalConfig(checkpoint=run_dir, num_episodes=1, policy="greedy", seed=6), lambda line: None
+    )
+    # Game 2 is seeded 5 + 1.
+    assert (one.games[0].score, one.games[0].steps) == (
+        together.games[1].score,
+        together.games[1].steps,
+    )
+
+    checkpoint = os.path.join(run_dir, "checkpoints", "ckpt-7")
+    assert lines[0] == f"checkpoint {checkpoint}: CartPole-v1 with MLPAgent, 700 frames, " + (
+        "weight version 7"
+    )
+    for game in together.games:
+        line = (
+            f"game {game.index}: score {game.score:.0f}, {game.frames:,} frames "
+            f"({game.steps:,} steps)"
+        )
+        assert line in lines
+    scores = np.array(together.scores)
+    assert lines[-1] == (
+        f"score over 3 games (greedy policy): mean {scores.mean():.1f}, std {scores.std():.1f}, "
+        f"min {scores.min():.0f}, max {scores.max():.0f}"
+    )
+
+
+def test_sampled_games_are_seeded(cartpole_run):
+    run_dir, _ = cartpole_run
+    config = EvalConfig(checkpoint=run_dir, num_episodes=2, policy="sample", seed=1)
+    first, again = (evaluation.run(config, report=lambda line: None) for _ in range(2))
+    assert first.games == again.games
+
+
+def test_sampling_follows_the_softmax():
+    rng = np.random.default_rng(0)
+    logits = np.tile(np.array([[0.0, np.log(3.0), -1e9]], np.float32), (20_000, 1))
+    counts = np.bincount(evaluation.sample_actions(logits, rng), minlength=3)
+    assert counts[2] == 0
+    assert abs(counts[1] / counts.sum() - 0.75) < 0.015
+
+
+def test_a_recurrent_agent_carries_its_state_and_resets_it_where_a_game_starts():
+    """Step by step, the policy computes what the learner's unroll over the same steps does."""
+    agent = networks.make_agent("ResNetLSTMAgent", 4)
+    networks.build_variables(agent, (84, 84, 4), tf.uint8)
+    rng = np.random.default_rng(0)
+    done = np.array([[1, 1], [0, 0], [0, 1], [0, 0], [1, 0], [0, 0]], bool)  # [T, B]
+    observation = rng.integers(0, 255, (6, 2, 84, 84, 4), dtype=np.uint8)
+    reward = rng.normal(size=(6, 2)).astype(np.float32)
+    policy = evaluation.Policy(agent, greedy=True, seed=0)
+    policy.reset(2)
+    actions, logits = [], []
+    for t in range(6):
+        action, step_logits = policy(StepOutput(reward[t], done[t], observation[t]))
+        actions.append(action)
+        logits.append(step_logits)
+    prev_action = np.concatenate([np.zeros((1, 2), np.int32), np.array(actions[:-1], np.int32)])
+    unrolled, _ = agent.unroll(
+        networks.AgentInput(prev_action, reward, done, observation), agent.initial_state(2)
+    )
+    np.testing.assert_allclose(np.array(logits), unrolled.policy_logits.numpy(), atol=1e-5)
+    np.testing.assert_array_equal(np.array(actions), np.array(logits).argmax(axis=2))
+
+
+# --------------------------------------------------------------------------- #
+# experiment.py --mode=test, end to end.
+# --------------------------------------------------------------------------- #
+
+
+def _experiment(*flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "experiment.py", "--mode=test", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+_GAME_LINE = re.compile(r"game (\d+): score (\d+), (\d+) frames \((\d+) steps\), video (\S+)")
+
+
+def _read_video(path: str) -> tuple[np.ndarray, dict[str, float]]:
+    """All frames of an MP4 ([T, height, width, 3] BGR) and what its header says."""
+    capture = cv2.VideoCapture(path)
+    assert capture.isOpened(), path
+    header = {
+        "frames": capture.get(cv2.CAP_PROP_FRAME_COUNT),
+        "fps": capture.get(cv2.CAP_PROP_FPS),
+        "size": (capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
+    }
+    frames = []
+    while (frame := capture.read()[1]) is not None:
+        frames.append(frame)
+    capture.release()
+    return np.array(frames), header
+
+
+def _check_video(path: str, steps: int, fps: float, size: tuple[int, int]) -> np.ndarray:
+    """The game's MP4: its first screen, then one per agent step, at the game's real speed."""
+    frames, header = _read_video(path)
+    assert header == {"frames": steps + 1, "fps": fps, "size": size}
+    assert len(frames) == steps + 1
+    assert frames.std() > 20  # Something drawn, not a blank screen.
+    assert np.abs(np.diff(frames.astype(np.int16), axis=0)).max() > 0  # Something moves.
+    return frames
+
+
+def test_cartpole_games_are_recorded_at_their_real_speed(cartpole_run, tmp_path):
+    run_dir, _ = cartpole_run
+    video_dir = str(tmp_path / "cartpole_videos")
+    config = EvalConfig(run_dir, num_episodes=2, record_video=True, video_dir=video_dir)
+    result = evaluation.run(config, report=lambda line: None)
+    assert result.videos == tuple(os.path.join(video_dir, f"game_{k}.mp4") for k in (1, 2))
+    for game in result.games:
+        _check_video(game.video, game.steps, fps=50, size=(600, 400))
+
+
+class _WatchedPolicy(evaluation.Policy):
+    """A fresh network's sampled policy for Breakout that notes the `done`s it is given and
+    can stop the evaluation (as Ctrl-C does) at a given step."""
+
+    def __init__(self, video_dir: str | None = None, interrupt_at: int | None = None):
+        super().__init__(networks.make_agent("ShallowConvNetAgent", 4), greedy=False, seed=0)
+        networks.build_variables(self._agent, (84, 84, 4), tf.uint8)
+        self._video_dir = video_dir
+        self._interrupt_at = interrupt_at
+        self.dones = []
+
+    def __call__(self, step: StepOutput):
+        self.dones.append(bool(step.done[0]))
+        if len(self.dones) == self._interrupt_at:
+            # Until the game is over its video has a temporary name only.
+            assert os.listdir(self._video_dir) == ["game_1.incomplete.mp4"]
+            raise KeyboardInterrupt
+        return super().__call__(step)
+
+
+def test_a_game_lasts_all_lives_and_the_agent_sees_each_life_lost():
+    policy = _WatchedPolicy()
+    config = evaluation.environment_config({"level_name": BREAKOUT, "num_action_repeats": 1}, 1, 0)
+    with make_evaluation_environment(config) as env:
+        (game,) = evaluation.play(env, policy, first_index=1, video_dir=None, report=print)
+    # The game's start, then 4 lost lives, as in training; the 5th loss ends the game.
+    assert sum(policy.dones) == 5 and policy.dones[0]
+    assert len(policy.dones) == game.steps
+
+
+def test_an_interrupted_game_leaves_no_video(tmp_path):
+    policy = _WatchedPolicy(str(tmp_path), interrupt_at=20)
+    with (
+        make_evaluation_environment(EnvConfig(BREAKOUT), render=True) as env,
+        pytest.raises(KeyboardInterrupt),
+    ):
+        evaluation.play(env, policy, first_index=1, video_dir=str(tmp_path), report=print)
+    assert len(policy.dones) == 20 and os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_command_line_errors_are_one_line(cartpole_run):
+    run_dir, _ = cartpole_run
+    result = _experiment(f"--checkpoint={run_dir}", "--level_name=Acrobot-v1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"experiment.py: error: --level_name=Acrobot-v1 differs from the checkpoint's "
+        f"CartPole-v1 ({run_dir}/checkpoints/ckpt-7); leave --level_name out to play its game"
+    )
+
+
+@pytest.mark.slow
+def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
+    """A real learner and actor train briefly; the run folder's checkpoint then plays."""
+    (port,) = free_ports(1)
+    common = [
+        f"--learner_hosts=localhost:{port}",
+        f"--level_name={BREAKOUT}",
+        "--agent_name=ShallowConvNetAgent",
+        "--unroll_length=5",
+        "--batch_size=4",
+        "--num_envs_per_actor=2",
+        "--total_environment_frames=1000",  # 13 learner steps of 80 frames.
+    ]
+    trainer = processes.experiment(
+        "learner", "--job_name=learner", f"--logdir={tmp_path}", "--experiment=run", *common
+    )
+    actor = processes.experiment("actor", "--job_name=actor", "--task=0", *common)
+    assert processes.wait(trainer, 180) == 0, processes.log(trainer)
+    assert processes.wait(actor, 60) == 0, processes.log(actor)
+
+    run_dir = str(tmp_path / "run")
+    result = _experiment(f"--checkpoint={run_dir}", "--test_num_episodes=2", "--record_video")
+    assert result.returncode == 0, result.stderr
+    assert re.search(
+        rf"checkpoint {run_dir}/checkpoints/ckpt-\d+: {BREAKOUT} with ShallowConvNetAgent, "
+        r"1,040 frames",
+        result.stdout,
+    ), result.stdout
+    assert "score over 2 games (sampled policy): mean " in result.stdout
+    games = _GAME_LINE.findall(result.stdout)
+    assert sorted(int(game[0]) for game in games) == [1, 2], result.stdout
+    video_dir = os.path.join(run_dir, "videos")
+    assert sorted(os.listdir(video_dir)) == ["game_1.mp4", "game_2.mp4"]  # And nothing else.
+    for index, _, frames, steps, path in games:
+        assert path == os.path.join(video_dir, f"game_{index}.mp4")
+        assert 4 * (int(steps) - 1) < int(frames) <= 4 * int(steps)  # Frame skip 4.
+        assert 10_000 < os.path.getsize(path) < 5_000_000
+        _check_video(path, int(steps), fps=15, size=(160, 210))
