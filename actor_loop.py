@@ -96,6 +96,10 @@ def derived_seeds(seed: int, task: int, num_envs: int) -> tuple[int, int]:
     return int(env_state) % (2**31 - num_envs), int(sampling_state)
 
 
+# How long one attempt to reach the learner may block.
+_CONNECT_ATTEMPT_SECS = 3.0
+
+
 @dataclasses.dataclass
 class _Counts:
     unrolls: int = 0
@@ -115,16 +119,19 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
 def _connect(config, spec, identity, variables, report) -> transport.ActorClient:
     """Connects to the learner, retrying while it starts up."""
     deadline = time.monotonic() + config.connect_timeout_secs
+    next_report = time.monotonic()
     while True:
         try:
             remaining = deadline - time.monotonic()
+            # Short attempts: a signal (a launcher stopping the run) waits for the RPC layer's
+            # call to return before Python sees it.
             return transport.ActorClient(
                 config.learner_address,
                 config.task,
                 spec,
                 identity,
                 variables,
-                connect_timeout_secs=min(30.0, max(1.0, remaining)),
+                connect_timeout_secs=min(_CONNECT_ATTEMPT_SECS, max(1.0, remaining)),
             )
         except transport.LearnerUnreachableError as error:
             if time.monotonic() >= deadline:
@@ -132,8 +139,10 @@ def _connect(config, spec, identity, variables, report) -> transport.ActorClient
                     f"actor {config.task}: no learner answered at {config.learner_address} "
                     f"within {config.connect_timeout_secs:.0f} s ({error})"
                 ) from None
-            report(f"actor {config.task}: waiting for learner {config.learner_address}")
-            time.sleep(2.0)
+            if time.monotonic() >= next_report:
+                report(f"actor {config.task}: waiting for learner {config.learner_address}")
+                next_report = time.monotonic() + 30.0
+            time.sleep(1.0)
 
 
 def _wait_for_first_weights(client: transport.ActorClient, actor: Actor) -> None:

@@ -284,6 +284,9 @@ def main(argv: list[str]) -> int:
         logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S")
     )
     absl_logging.set_verbosity(absl_logging.INFO)
+    # Our reports go through the root logger. TensorFlow logs its own INFO lines (checkpoint
+    # sharding times and the like) through absl's logger: those are not for users.
+    logging.getLogger("absl").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         code = run_test() if FLAGS.mode == "test" else ROLES[FLAGS.job_name]()

@@ -43,6 +43,7 @@ class _Process:
     name: str
     popen: subprocess.Popen
     log_path: str
+    learners: bool = False  # the learner (or the mpirun of several), stopped with SIGUSR1
     reported: bool = False
 
 
@@ -82,21 +83,21 @@ def _child_setup() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _start(name: str, argv: list[str], log_path: str, to_terminal: bool) -> _Process:
+def _start(name: str, argv: list[str], log_path: str, learners: bool = False) -> _Process:
     # Appended to: a resumed run keeps the earlier part of each log.
     log = open(log_path, "a")  # noqa: SIM115  (kept open for the child's lifetime)
     log.write(launcher.shell_line(argv) + "\n")
     log.flush()
     popen = subprocess.Popen(
         argv,
-        stdout=subprocess.PIPE if to_terminal else log,
+        stdout=subprocess.PIPE if learners else log,  # the learners' output is shown
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         preexec_fn=_child_setup,
         cwd=_HERE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    return _Process(name, popen, log_path)
+    return _Process(name, popen, log_path, learners)
 
 
 def _copy_output(process: _Process) -> None:
@@ -111,10 +112,12 @@ def _copy_output(process: _Process) -> None:
 
 
 def _stop(processes: list[_Process], timeout: float) -> None:
-    """SIGTERM to every process group still running, SIGKILL to those still there later."""
+    """Asks every process still running to stop, all at once, then SIGKILLs what is left after
+    `timeout`. Learners get SIGUSR1, which mpirun passes on to every rank: they finish their
+    step, save a checkpoint and exit (on SIGTERM mpirun would kill them before they save)."""
     for process in processes:
         if process.popen.poll() is None:
-            _signal_group(process, signal.SIGTERM)
+            _signal_group(process, signal.SIGUSR1 if process.learners else signal.SIGTERM)
     deadline = time.monotonic() + timeout
     for process in processes:
         try:
@@ -123,17 +126,6 @@ def _stop(processes: list[_Process], timeout: float) -> None:
             print(f"[run_local] {process.name} did not stop in {timeout:.0f} s: killing it")
             _signal_group(process, signal.SIGKILL)
             process.popen.wait()
-
-
-def _stop_learners(learners: _Process, timeout: float) -> None:
-    """SIGUSR1, which mpirun passes on to every rank: the learners finish their step, save a
-    checkpoint and exit. Whatever is left after `timeout` gets SIGTERM, then SIGKILL."""
-    if learners.popen.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(learners.popen.pid, signal.SIGUSR1)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            learners.popen.wait(timeout)
-    _stop([learners], timeout)
 
 
 def _signal_group(process: _Process, signum: int) -> None:
@@ -231,9 +223,9 @@ def main(argv: list[str]) -> int:
     print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
-    learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), True)
+    learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), learners=True)
     actors = [
-        _start(f"actor {task}", argv, os.path.join(run_dir, f"actor_{task}.log"), False)
+        _start(f"actor {task}", argv, os.path.join(run_dir, f"actor_{task}.log"))
         for task, argv in enumerate(actor_argvs)
     ]
     threading.Thread(target=_copy_output, args=(learner,), daemon=True).start()
@@ -241,8 +233,7 @@ def main(argv: list[str]) -> int:
         return _supervise(learner, actors, FLAGS.stop_timeout_secs)
     except KeyboardInterrupt:
         print("\n[run_local] stopping every process of the run...")
-        _stop_learners(learner, FLAGS.stop_timeout_secs)
-        _stop(actors, FLAGS.stop_timeout_secs)
+        _stop([learner, *actors], FLAGS.stop_timeout_secs)
         print("[run_local] stopped")
         return 130
 
