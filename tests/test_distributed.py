@@ -133,10 +133,27 @@ def _check_behaviour_logits(agent, queued, versions, weights_by_version):
         variable.assign(value)
 
 
+# Two learners with one actor each, on the counter environment.
+TWO_LEARNERS = (
+    "--num_learners=2",
+    "--num_actors=2",
+    f"--level_name={COUNTER}",
+    "--agent_name=MLPAgent",
+    f"--unroll_length={UNROLL_LENGTH}",
+    "--batch_size=4",
+    "--num_envs_per_actor=2",
+    "--learning_rate=0.01",
+)
+
+
+def _run_local_argv(runs, *flags):
+    return [sys.executable, "-u", "run_local.py", f"--logdir={runs}", *flags]
+
+
 def _run_local(tmp_path, *flags, timeout=300):
     runs = tmp_path / "runs"
     completed = subprocess.run(
-        [sys.executable, "-u", "run_local.py", f"--logdir={runs}", *flags],
+        _run_local_argv(runs, *flags),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -155,18 +172,7 @@ def _summaries(run_dir):
 
 
 def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(tmp_path):
-    completed, run_dir = _run_local(
-        tmp_path,
-        "--num_learners=2",
-        "--num_actors=2",
-        f"--level_name={COUNTER}",
-        "--agent_name=MLPAgent",
-        f"--unroll_length={UNROLL_LENGTH}",
-        "--batch_size=4",
-        "--num_envs_per_actor=2",
-        "--total_environment_frames=1200",
-        "--learning_rate=0.01",
-    )
+    completed, run_dir = _run_local(tmp_path, *TWO_LEARNERS, "--total_environment_frames=1200")
     assert completed.returncode == 0, completed.stdout + completed.stderr
     first, second = _summaries(run_dir)
     # 1200 frames / (2 learners x 4 trajectories x 5 steps) = 30 steps on each learner.
@@ -186,22 +192,9 @@ def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_
     run_dir = runs / "pair"
     first = processes.start(
         "run_local_1",
-        [
-            sys.executable,
-            "-u",
-            "run_local.py",
-            f"--logdir={runs}",
-            "--experiment=pair",
-            "--num_learners=2",
-            "--num_actors=2",
-            f"--level_name={COUNTER}",
-            "--agent_name=MLPAgent",
-            f"--unroll_length={UNROLL_LENGTH}",
-            "--batch_size=4",
-            "--num_envs_per_actor=2",
-            "--total_environment_frames=2400",
-            "--learning_rate=0.01",
-        ],
+        _run_local_argv(
+            runs, "--experiment=pair", *TWO_LEARNERS, "--total_environment_frames=2400"
+        ),
     )
     wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
     first.send_signal(signal.SIGINT)  # Ctrl-C
@@ -216,7 +209,7 @@ def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_
 
     # Only the run's name: the rest comes from its flags.json.
     second = subprocess.run(
-        [sys.executable, "-u", "run_local.py", f"--logdir={runs}", "--experiment=pair"],
+        _run_local_argv(runs, "--experiment=pair"),
         cwd=ROOT,
         capture_output=True,
         text=True,
