@@ -57,9 +57,9 @@ def broadcast_object_from_chief(value: Any) -> Any:
     return hvd.broadcast_object(value, root_rank=0, name="broadcast_object")
 
 
-def sum_over_learners(value: float, name: str) -> float:
-    """The sum of a scalar over all learners."""
-    return float(hvd.allreduce(tf.constant(value, tf.float64), op=hvd.Sum, name=name))
+def wait_for_learners(name: str) -> None:
+    """Returns once every learner has called it (a barrier)."""
+    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name=name)
 
 
 def gather_from_learners(values: np.ndarray, name: str) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cv2
@@ -30,12 +30,11 @@ import tensorflow as tf
 import checkpoints
 import environments
 import networks
+import run_folder
 
 POLICIES = ("sample", "greedy")
 # Environments stepped together; more games are played in rounds.
 MAX_PARALLEL_GAMES = 16
-# Where a run folder keeps its checkpoints (see run_folder.py).
-CHECKPOINTS_FOLDER = "checkpoints"
 # Frames per second for ids that do not say how fast they run.
 _DEFAULT_VIDEO_FPS = 30.0
 _PARTIAL_VIDEO_SUFFIX = ".incomplete.mp4"  # OpenCV picks the container by the extension.
@@ -124,10 +123,6 @@ class EvalResult:
         return tuple(game.score for game in self.games)
 
     @property
-    def frames(self) -> tuple[int, ...]:
-        return tuple(game.frames for game in self.games)
-
-    @property
     def videos(self) -> tuple[str, ...]:
         return tuple(game.video for game in self.games if game.video)
 
@@ -183,7 +178,10 @@ def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult
     )
     video_dir = None
     if config.record_video:
-        video_dir = config.video_dir or os.path.join(run_folder(path), "videos")
+        # One folder per checkpoint, so that evaluating another one keeps these videos.
+        video_dir = config.video_dir or os.path.join(
+            run_folder_of(path), "videos", os.path.basename(path)
+        )
         _make_folder(video_dir)
     policy = Policy(agent, greedy=config.policy == "greedy", seed=config.seed)
     report(
@@ -219,7 +217,7 @@ def resolve_checkpoint(checkpoint: str) -> str:
       ValueError: naming the path, if it is none of these or holds no checkpoint.
     """
     if os.path.isdir(checkpoint):
-        folder = os.path.join(checkpoint, CHECKPOINTS_FOLDER)
+        folder = os.path.join(checkpoint, run_folder.CHECKPOINTS)
         if not os.path.isdir(folder):
             folder = checkpoint
         latest = tf.train.latest_checkpoint(folder)
@@ -234,11 +232,11 @@ def resolve_checkpoint(checkpoint: str) -> str:
     )
 
 
-def run_folder(path: str) -> str:
+def run_folder_of(path: str) -> str:
     """The run folder of checkpoint `path`: the folder that holds its `checkpoints/` folder
     (the checkpoint's own folder if that is not called so)."""
     folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(folder) == CHECKPOINTS_FOLDER:
+    if os.path.basename(folder) == run_folder.CHECKPOINTS:
         return os.path.dirname(folder)
     return folder
 
@@ -336,16 +334,22 @@ class Policy:
     """
 
     def __init__(self, agent: networks.Agent, greedy: bool, seed: int):
-        """Args: greedy: take the most likely action; else sample (numpy, seeded `seed`)."""
+        """Args: greedy: take the most likely action; else sample, game k's actions from a
+        numpy generator seeded (`seed`, k), however many games are played together."""
         self._agent = agent
         self._greedy = greedy
-        self._rng = np.random.default_rng(seed)
+        self._seed = seed
+        self._rngs: list[np.random.Generator] = []
         self._step = tf.function(agent.__call__)
         self._state = None
         self._prev_action = None
 
-    def reset(self, batch_size: int) -> None:
-        """Starts over for `batch_size` environments that all begin an episode."""
+    def reset(self, batch_size: int, first_index: int) -> None:
+        """Starts over for `batch_size` environments that all begin an episode: the games
+        numbered `first_index`, `first_index + 1`..."""
+        self._rngs = [
+            np.random.default_rng([self._seed, first_index + i]) for i in range(batch_size)
+        ]
         self._state = self._agent.initial_state(batch_size)
         self._prev_action = np.zeros(batch_size, np.int32)
 
@@ -363,17 +367,17 @@ class Policy:
         )
         output, self._state = self._step(inputs, self._state)
         logits = output.policy_logits.numpy()
-        actions = logits.argmax(axis=1) if self._greedy else sample_actions(logits, self._rng)
+        actions = logits.argmax(axis=1) if self._greedy else sample_actions(logits, self._rngs)
         self._prev_action = actions.astype(np.int32)
         return actions.astype(np.int64), logits
 
 
-def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One action per row, drawn from softmax(logits [B, A]); int64 [B]."""
+def sample_actions(logits: np.ndarray, rngs: Sequence[np.random.Generator]) -> np.ndarray:
+    """One action per row, drawn from softmax(logits [B, A]) with row b's generator; int64 [B]."""
     logits = np.asarray(logits, np.float64)
     weights = np.exp(logits - logits.max(axis=1, keepdims=True))
     cumulative = np.cumsum(weights, axis=1)
-    draws = rng.random((len(logits), 1)) * cumulative[:, -1:]
+    draws = np.array([[rng.random()] for rng in rngs]) * cumulative[:, -1:]
     # The first action whose cumulative weight exceeds the draw (rounding kept in range).
     return np.minimum((cumulative <= draws).sum(axis=1), logits.shape[1] - 1).astype(np.int64)
 
@@ -392,7 +396,7 @@ def play(
     not counted.
     """
     step = env.reset()
-    policy.reset(env.num_envs)
+    policy.reset(env.num_envs, first_index)
     videos = {}
     if video_dir is not None:
         fps = env.screen_fps or _DEFAULT_VIDEO_FPS
@@ -453,7 +457,6 @@ class Video:
         """Args: path: the finished video's name, ending in .mp4. fps: frames per second."""
         self.path = path
         self.partial_path = path[: -len(".mp4")] + _PARTIAL_VIDEO_SUFFIX
-        self.num_frames = 0
         self._fps = fps
         self._writer: cv2.VideoWriter | None = None
 
@@ -466,7 +469,6 @@ class Video:
             if not self._writer.isOpened():
                 raise ValueError(f"--video_dir: cannot write the video {self.partial_path}")
         self._writer.write(cv2.cvtColor(screen, cv2.COLOR_RGB2BGR))
-        self.num_frames += 1
 
     def finish(self) -> str:
         """Completes the file and gives it its final name; returns that name."""

@@ -30,6 +30,7 @@ import actor_loop
 import learner
 import learner_loop
 import local_training
+import run_folder
 
 FLAGS = flags.FLAGS
 
@@ -203,7 +204,7 @@ def evaluation_config_from_flags():
                 "--mode=test: give --checkpoint (a run folder or a checkpoint), or --logdir "
                 "and --experiment naming the run"
             )
-        checkpoint = os.path.join(FLAGS.logdir, FLAGS.experiment)
+        checkpoint = run_folder.path(FLAGS.logdir, FLAGS.experiment)
     return evaluation.EvalConfig(
         checkpoint=checkpoint,
         num_episodes=FLAGS.test_num_episodes,

@@ -11,17 +11,18 @@ import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+import run_folder
 from workers_csv import Worker
 
 # The tmux window of a run's mpirun, on the first learner host.
 LEARNERS_WINDOW = "learners"
 
-# Flags a launcher sets per process; the user's copies of these are not forwarded.
-PER_PROCESS_FLAGS = frozenset({"job_name", "task", "learner_hosts", "actor_hosts"})
-
 
 def forwarded_flags(values: Mapping[str, object]) -> list[str]:
     """`--name=value` for each hyperparameter flag the user set, in a stable order.
+
+    Flags a launcher sets for each process (`run_folder.PER_PROCESS_FLAGS`: the role, the
+    hosts, the run folder) are left out.
 
     Args:
       values: flag name -> value, for the flags given on the launcher's command line.
@@ -29,7 +30,7 @@ def forwarded_flags(values: Mapping[str, object]) -> list[str]:
     return [
         f"--{name}={_flag_value(value)}"
         for name, value in sorted(values.items())
-        if name not in PER_PROCESS_FLAGS
+        if name not in run_folder.PER_PROCESS_FLAGS
     ]
 
 

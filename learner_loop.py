@@ -153,7 +153,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
             f"{topology.size} were started (mpirun -np must match)"
         )
     chief_report = report if topology.is_chief else (lambda line: None)
-    run_dir = _open_run_folder(config, topology, chief_report)
+    run_dir = _run_folder(config, topology)
     tf.random.set_seed(config.seed)
     env_info, agent = _build_agent(config)
     trainer = Learner(agent, config.learner, wrap_tape=distributed.wrap_tape)
@@ -170,6 +170,11 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         + list(trainer.optimizer.variables)
         + (checkpointer.counters if checkpointer else [])
     )
+    resumed_from = distributed.broadcast_object_from_chief(resumed_from)
+    if run_dir and topology.is_chief:
+        # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
+        # saved flags as they were.
+        _save_flags(run_dir, config.flag_values, chief_report)
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
         spec=spec,
@@ -216,7 +221,10 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     finally:
         if learning.summaries:
             learning.summaries.close()
-    learning.saver.save(progress.frames, counters.version, counters.training_secs())
+    if counters.steps:
+        # (After no step, the latest checkpoint already holds this state: writing it again
+        # would rewrite that checkpoint's files in place.)
+        learning.saver.save(progress.frames, counters.version, counters.training_secs())
     if progress.done:
         # Only a finished run tells the actors to exit; after a stop they keep trying to
         # reconnect, so that a resumed learner finds them.
@@ -241,11 +249,14 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     }
     _write_summary(run_dir, topology.rank, summary)
     chief_report(f"done: {progress.summary()}")
+    # Horovod: no learner exits before rank 0 has saved. mpirun kills every rank as soon as one
+    # exits with an error status, which a stopped learner does.
+    distributed.wait_for_learners("exit")
     return summary
 
 
-def _open_run_folder(config: LearnerJobConfig, topology, report) -> str:
-    """The run folder ('' without --logdir); rank 0 names it if needed and saves the flags."""
+def _run_folder(config: LearnerJobConfig, topology) -> str:
+    """The run folder, created ('' without --logdir); rank 0 names it if --experiment does not."""
     if not config.logdir:
         return ""
     name = config.experiment
@@ -254,21 +265,24 @@ def _open_run_folder(config: LearnerJobConfig, topology, report) -> str:
         name = distributed.broadcast_object_from_chief(
             run_folder.default_name(config.level_name) if topology.is_chief else None
         )
-    run_dir = os.path.join(config.logdir, name)
-    if topology.is_chief:
-        saved = run_folder.read_flags(run_dir)
-        if saved is not None:
-            changed = run_folder.changed_flags(saved, config.flag_values)
-            report(
-                f"run folder {run_dir} exists: resuming it"
-                + (f", with changed flags: {'; '.join(changed)}" if changed else "")
-            )
-        else:
-            report(f"run folder {run_dir}")
-        if config.flag_values:
-            run_folder.write_flags(run_dir, config.flag_values)
+    run_dir = run_folder.path(config.logdir, name)
     os.makedirs(run_dir, exist_ok=True)
     return run_dir
+
+
+def _save_flags(run_dir: str, flag_values: Mapping[str, Any], report) -> None:
+    """Saves the run's flags, saying first which ones differ from an earlier start's."""
+    saved = run_folder.read_flags(run_dir)
+    if saved is None:
+        report(f"run folder {run_dir}")
+    else:
+        changed = run_folder.changed_flags(saved, flag_values)
+        report(
+            f"run folder {run_dir} exists: resuming it"
+            + (f", with changed flags: {'; '.join(changed)}" if changed else "")
+        )
+    if flag_values:
+        run_folder.write_flags(run_dir, flag_values)
 
 
 def _make_checkpointer(
@@ -287,7 +301,7 @@ def _make_checkpointer(
         "num_action_repeats",
     )
     return checkpoints.Checkpointer(
-        os.path.join(run_dir, "checkpoints"),
+        os.path.join(run_dir, run_folder.CHECKPOINTS),
         agent,
         trainer.optimizer,
         {key: identity[key] for key in keys},
@@ -422,7 +436,8 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     """Rank 0's progress lines and TensorBoard summaries."""
     service, counters = learning.service, learning.counters
     policy_lag = float(np.mean(learners.policy_lag))
-    learning.report(progress.line())
+    frames_per_sec = progress.rate()
+    learning.report(progress.line(frames_per_sec))
     learning.report(
         f"  step {counters.steps} | loss {stats['loss/total']:.3f} "
         f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
@@ -433,9 +448,7 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     summaries = learning.summaries
     if summaries is None:
         return
-    summaries.training(
-        progress.frames, stats, progress.last_rate, counters.training_secs(), policy_lag
-    )
+    summaries.training(progress.frames, stats, frames_per_sec, counters.training_secs(), policy_lag)
     summaries.learners(
         progress.frames,
         queue_fill=learners.queue_size / service.queue_capacity,

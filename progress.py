@@ -31,7 +31,6 @@ class Progress:
         self._last_time = self._start
         self._last_frames = start_frames
         self._start_frames = start_frames
-        self.last_rate = 0.0  # what `rate` measured last
 
     def add_frames(self, frames: int) -> None:
         self.frames += frames
@@ -58,17 +57,20 @@ class Progress:
         """Frames per second since the previous call (or since the start)."""
         now = self._clock()
         elapsed = max(now - self._last_time, 1e-9)
-        self.last_rate = (self.frames - self._last_frames) / elapsed
+        rate = (self.frames - self._last_frames) / elapsed
         self._last_time, self._last_frames = now, self.frames
-        return self.last_rate
+        return rate
 
-    def line(self) -> str:
+    def line(self, rate: float | None = None) -> str:
         """The progress line, e.g.
 
         frames 1.2M/200M [----] 0.6% | 3,400 frames/s | return 12.3 (20 ep) | 0:05:10 < 16:20:00
+
+        Args:
+          rate: frames/s to show, if the caller measured it with `rate()`; else measured here.
         """
         fraction = min(self.frames / self.total_frames, 1.0)
-        rate = self.rate()
+        rate = self.rate() if rate is None else rate
         elapsed = self._clock() - self._start
         done_here = self.frames - self._start_frames
         if done_here > 0:

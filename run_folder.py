@@ -6,7 +6,7 @@
     checkpoints/               rank 0's checkpoints (`checkpoints.py`)
     learner_<rank>.json        each learner's closing summary
     learners.log, actor_*.log  each process's output (written by the launchers)
-    videos/                    `experiment.py --mode=test --record_video`
+    videos/<checkpoint>/       `experiment.py --mode=test --record_video`
 
 `--experiment` names the folder; without it a run gets `<level_name>-<start time>`. Starting again
 with an existing run folder resumes from its latest checkpoint.
@@ -21,12 +21,18 @@ from collections.abc import Mapping
 from typing import Any
 
 FLAGS_FILE = "flags.json"
+CHECKPOINTS = "checkpoints"  # the folder of rank 0's checkpoints
 
 # Flags that say where and as what a process runs, not how it trains: they may differ between
-# the processes of one run and between its starts.
+# the processes of one run and between its starts, and launchers set them for each process.
 PER_PROCESS_FLAGS = frozenset(
     {"job_name", "task", "learner_hosts", "actor_hosts", "logdir", "experiment", "mode"}
 )
+
+
+def path(logdir: str, experiment: str) -> str:
+    """The run folder of run `experiment` under `logdir`."""
+    return os.path.join(logdir, experiment)
 
 
 def default_name(level_name: str, now: datetime.datetime | None = None) -> str:

@@ -186,7 +186,8 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
     }
     print(
         f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
-        f"{num_actors} actor(s)" + (f", {' '.join(launcher.forwarded_flags(kept))}" if kept else "")
+        f"{num_actors} actor(s)"
+        + (f", {launcher.shell_line(launcher.forwarded_flags(kept))}" if kept else "")
     )
     return {**kept, **given}, num_learners, num_actors
 
@@ -204,7 +205,7 @@ def main(argv: list[str]) -> int:
     try:
         run_folder.check_name(FLAGS.experiment)
         experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
-        run_dir = os.path.join(FLAGS.logdir, experiment_name)
+        run_dir = run_folder.path(FLAGS.logdir, experiment_name)
         given, num_learners, num_actors = run_flags(run_dir)
         if num_learners < 1 or num_actors < 1:
             raise ValueError("--num_learners and --num_actors must be at least 1")
@@ -212,11 +213,14 @@ def main(argv: list[str]) -> int:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     os.makedirs(run_dir, exist_ok=True)
-    given.update(logdir=os.path.abspath(FLAGS.logdir), experiment=experiment_name)
     learner_argv, actor_argvs = plan(
         num_learners,
         num_actors,
-        launcher.forwarded_flags(given),
+        [
+            *launcher.forwarded_flags(given),
+            f"--logdir={os.path.abspath(FLAGS.logdir)}",
+            f"--experiment={experiment_name}",
+        ],
         sys.executable,
         as_root=os.geteuid() == 0,
     )

@@ -12,6 +12,7 @@ curves where they stopped. Tags:
   actors/policy_lag                       learner steps between acting and learning, mean
   learner_<rank>/queue_fill               fraction of that learner's queue in use
   learner_<rank>/frames_received          emulator frames that learner's actors delivered
+                                          since it (re)started
   weights/<variable>                      histograms, with --summary_histograms
 """
 

@@ -2,6 +2,7 @@
 training environment's games, checkpoints are found and checked, every game is played whole
 with the checkpoint's policy, and each becomes an MP4 of the real game."""
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -162,7 +163,7 @@ def test_a_run_folder_its_checkpoints_folder_and_one_checkpoint(cartpole_run):
     assert evaluation.resolve_checkpoint(os.path.join(run_dir, "checkpoints")) == latest
     older = os.path.join(run_dir, "checkpoints", "ckpt-3")
     assert evaluation.resolve_checkpoint(older) == older
-    assert evaluation.run_folder(older) == os.path.abspath(run_dir)
+    assert evaluation.run_folder_of(older) == os.path.abspath(run_dir)
 
 
 @pytest.mark.parametrize(
@@ -277,17 +278,20 @@ def test_each_game_is_played_whole_with_its_own_seed_however_many_at_once(
     )
 
 
-def test_sampled_games_are_seeded(cartpole_run):
+def test_sampled_games_are_seeded_game_by_game(cartpole_run):
     run_dir, _ = cartpole_run
-    config = EvalConfig(checkpoint=run_dir, num_episodes=2, policy="sample", seed=1)
+    config = EvalConfig(checkpoint=run_dir, num_episodes=3, policy="sample", seed=1)
     first, again = (evaluation.run(config, report=lambda line: None) for _ in range(2))
     assert first.games == again.games
+    # Game k plays the same however many games are played with it.
+    fewer = evaluation.run(dataclasses.replace(config, num_episodes=2), lambda line: None)
+    assert fewer.games == first.games[:2]
 
 
 def test_sampling_follows_the_softmax():
     rng = np.random.default_rng(0)
     logits = np.tile(np.array([[0.0, np.log(3.0), -1e9]], np.float32), (20_000, 1))
-    counts = np.bincount(evaluation.sample_actions(logits, rng), minlength=3)
+    counts = np.bincount(evaluation.sample_actions(logits, [rng] * len(logits)), minlength=3)
     assert counts[2] == 0
     assert abs(counts[1] / counts.sum() - 0.75) < 0.015
 
@@ -301,7 +305,7 @@ def test_a_recurrent_agent_carries_its_state_and_resets_it_where_a_game_starts()
     observation = rng.integers(0, 255, (6, 2, 84, 84, 4), dtype=np.uint8)
     reward = rng.normal(size=(6, 2)).astype(np.float32)
     policy = evaluation.Policy(agent, greedy=True, seed=0)
-    policy.reset(2)
+    policy.reset(2, first_index=1)
     actions, logits = [], []
     for t in range(6):
         action, step_logits = policy(StepOutput(reward[t], done[t], observation[t]))
@@ -443,15 +447,16 @@ def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
     run_dir = str(tmp_path / "run")
     result = _experiment(f"--checkpoint={run_dir}", "--test_num_episodes=2", "--record_video")
     assert result.returncode == 0, result.stderr
-    assert re.search(
-        rf"checkpoint {run_dir}/checkpoints/ckpt-\d+: {BREAKOUT} with ShallowConvNetAgent, "
+    loaded = re.search(
+        rf"checkpoint {run_dir}/checkpoints/(ckpt-\d+): {BREAKOUT} with ShallowConvNetAgent, "
         r"1,040 frames",
         result.stdout,
-    ), result.stdout
+    )
+    assert loaded, result.stdout
     assert "score over 2 games (sampled policy): mean " in result.stdout
     games = _GAME_LINE.findall(result.stdout)
     assert sorted(int(game[0]) for game in games) == [1, 2], result.stdout
-    video_dir = os.path.join(run_dir, "videos")
+    video_dir = os.path.join(run_dir, "videos", loaded[1])  # one folder per checkpoint
     assert sorted(os.listdir(video_dir)) == ["game_1.mp4", "game_2.mp4"]  # And nothing else.
     for index, _, frames, steps, path in games:
         assert path == os.path.join(video_dir, f"game_{index}.mp4")

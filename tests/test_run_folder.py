@@ -6,6 +6,7 @@ import json
 import pytest
 
 import run_folder
+from run_local import free_ports
 
 
 def test_default_name_is_the_level_and_the_start_time_safe_for_a_path():
@@ -45,3 +46,19 @@ def test_changed_flags_name_training_flags_only():
     saved = {"batch_size": 32, "learning_rate": 6e-4, "task": 0, "logdir": "runs", "old": 1}
     current = {"batch_size": 64, "learning_rate": 6e-4, "task": 3, "logdir": "/data", "new": 2}
     assert run_folder.changed_flags(saved, current) == ["--batch_size: 32 -> 64"]
+
+
+def test_a_start_that_fails_leaves_the_runs_saved_flags_alone(processes, tmp_path):
+    run_folder.write_flags(str(tmp_path / "run"), {"level_name": "PongNoFrameskip-v4"})
+    (port,) = free_ports(1)
+    learner = processes.experiment(
+        "learner",
+        "--job_name=learner",
+        f"--learner_hosts=localhost:{port}",
+        f"--logdir={tmp_path}",
+        "--experiment=run",
+        "--level_name=PongNoFrameskip-v5",  # a typo
+    )
+    assert processes.wait(learner, 120) == 2
+    assert "'PongNoFrameskip-v5' is not a registered Gymnasium id" in processes.log(learner)
+    assert run_folder.read_flags(str(tmp_path / "run")) == {"level_name": "PongNoFrameskip-v4"}
