@@ -290,9 +290,7 @@ class _AtariBackend:
 
         episode_end = terminated | truncated
         lives = info["lives"].astype(np.int64)
-        # As baselines' EpisodicLifeEnv: fewer lives, but some left. On a game
-        # over `lives` is already the new game's count, hence the mask.
-        life_lost = (lives < self._lives) & (lives > 0) & ~episode_end
+        life_lost = _lives_lost(lives, self._lives, episode_end)
         frames = self._frames_this_step(info, episode_end)
         self._lives = lives
         return _Transition(
@@ -327,6 +325,17 @@ class _AtariBackend:
         order = self._env_ids
         info = {key: _scatter(order, value) for key, value in info.items() if key != "final_obs"}
         return _scatter(order, observation), info
+
+
+def _lives_lost(
+    lives: np.ndarray, previous_lives: np.ndarray, episode_end: np.ndarray
+) -> np.ndarray:
+    """Where an Atari life was lost and the game goes on, bool [N].
+
+    As baselines' EpisodicLifeEnv: fewer lives, but some left. Where a game ended, `lives` is
+    already the new game's count, hence the mask.
+    """
+    return (lives < previous_lives) & (lives > 0) & ~episode_end
 
 
 def _scatter(env_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -633,22 +642,20 @@ class _SerialBackend:
         observations = []
         reward = np.zeros(num_envs, np.float32)
         episode_end = np.zeros(num_envs, bool)
-        life_lost = np.zeros(num_envs, bool)
+        lives = np.zeros(num_envs, np.int64)
         frames = np.zeros(num_envs, np.int64)
         for index, env in enumerate(self._envs):
             observation, reward[index], terminated, truncated, info = env.step(int(actions[index]))
             episode_end[index] = terminated or truncated
             frames[index] = info["frames"]
-            lives = int(info.get("lives", 0))
-            # As _AtariBackend: fewer lives, but some left, and the game goes on.
-            life_lost[index] = lives < self._lives[index] and lives > 0 and not episode_end[index]
             if episode_end[index]:
                 if self._keep_screens:
                     self._final_screens[index] = self._screen(env)
                 observation, info = env.reset()
-                lives = int(info.get("lives", 0))
-            self._lives[index] = lives
+            lives[index] = info.get("lives", 0)  # the new game's, where one ended
             observations.append(observation)
+        life_lost = _lives_lost(lives, self._lives, episode_end)
+        self._lives = lives
         return _Transition(
             observation=self._batch(observations),
             reward=reward,
