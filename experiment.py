@@ -138,7 +138,9 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_bool("record_video", False, "--mode=test: write one MP4 per game.")
 flags.DEFINE_string(
-    "video_dir", "", "--mode=test --record_video: where the MP4s go (default: <run>/videos)."
+    "video_dir",
+    "",
+    "--mode=test --record_video: where the MP4s go (default: <run>/videos/<checkpoint name>).",
 )
 
 
@@ -187,9 +189,14 @@ def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
     )
 
 
-def flag_values() -> dict:
-    """Every flag this file defines, with its value: what a run folder's flags.json holds."""
-    return {flag.name: flag.value for flag in FLAGS.get_flags_for_module(sys.modules[__name__])}
+def flag_values(only_given: bool = False) -> dict:
+    """The flags this file defines, with their values: all of them (what a run folder's
+    flags.json holds), or only those given on the command line (what launchers forward)."""
+    return {
+        flag.name: flag.value
+        for flag in FLAGS.get_flags_for_module(sys.modules[__name__])
+        if flag.present or not only_given
+    }
 
 
 def evaluation_config_from_flags():

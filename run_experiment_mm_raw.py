@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         if not FLAGS.logdir:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.
-        given = {f.name: f.value for f in FLAGS.get_flags_for_module(experiment) if f.present}
+        given = experiment.flag_values(only_given=True)
         plans = launcher.plan_run(
             workers,
             launcher.forwarded_flags(given),

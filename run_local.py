@@ -165,9 +165,7 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
     Those given here; when `run_dir` is an earlier run's folder, the rest as that run was
     started with (its flags.json, whose learner and actor lists give the numbers).
     """
-    given = {
-        flag.name: flag.value for flag in FLAGS.get_flags_for_module(experiment) if flag.present
-    }
+    given = experiment.flag_values(only_given=True)
     num_learners, num_actors = FLAGS.num_learners, FLAGS.num_actors
     saved = run_folder.read_flags(run_dir)
     if saved is None:
