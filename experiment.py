@@ -104,6 +104,12 @@ flags.DEFINE_float(
 )
 flags.DEFINE_integer("batch_size", 32, "Trajectories per learner batch.")
 flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
+flags.DEFINE_integer(
+    "batch_reuse",
+    1,
+    "Optimisation steps the learner takes on each batch (more learning per frame, at the cost "
+    "of learner compute; V-trace corrects for the policy having moved).",
+)
 flags.DEFINE_float("discounting", 0.99, "Discount factor.")
 flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
@@ -117,11 +123,18 @@ flags.DEFINE_float(
     "gradients_clipping", 40.0, "Clip gradients to this global norm; negative turns clipping off."
 )
 flags.DEFINE_float(
-    "learning_rate", 0.0006, "RMSProp learning rate, annealed linearly to 0 over the frame budget."
+    "learning_rate", 0.0006, "Learning rate, annealed linearly to 0 over the frame budget."
 )
-flags.DEFINE_float("decay", 0.99, "RMSProp decay.")
-flags.DEFINE_float("momentum", 0.0, "RMSProp momentum.")
-flags.DEFINE_float("epsilon", 0.01, "RMSProp epsilon.")
+flags.DEFINE_enum(
+    "optimizer",
+    "rmsprop",
+    list(learner.OPTIMIZER_CHOICES),
+    "rmsprop: TensorFlow 1's RMSProp (epsilon inside the square root), as in the IMPALA paper. "
+    "adam: Adam (epsilon outside the square root).",
+)
+flags.DEFINE_float("decay", 0.99, "RMSProp decay; Adam's second-moment decay (beta2).")
+flags.DEFINE_float("momentum", 0.0, "RMSProp momentum (Adam's beta1 is 0.9).")
+flags.DEFINE_float("epsilon", 0.01, "The optimiser's epsilon.")
 flags.DEFINE_string(
     "checkpoint",
     "",
@@ -154,10 +167,12 @@ def learner_config_from_flags() -> learner.LearnerConfig:
         reward_clipping=FLAGS.reward_clipping,
         gradients_clipping=FLAGS.gradients_clipping,
         learning_rate=FLAGS.learning_rate,
+        optimizer=FLAGS.optimizer,
         decay=FLAGS.decay,
         momentum=FLAGS.momentum,
         epsilon=FLAGS.epsilon,
         total_environment_frames=int(FLAGS.total_environment_frames),
+        batch_reuse=FLAGS.batch_reuse,
     )
 
 

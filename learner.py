@@ -20,6 +20,7 @@ import vtrace
 from actor import Steps, Unroll
 
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
+OPTIMIZER_CHOICES = ("rmsprop", "adam")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,10 +35,12 @@ class LearnerConfig:
     reward_clipping: str = "abs_one"
     gradients_clipping: float = 40.0  # global norm; negative (or 0) turns clipping off
     learning_rate: float = 0.0006
+    optimizer: str = "rmsprop"
     decay: float = 0.99
     momentum: float = 0.0
     epsilon: float = 0.01
     total_environment_frames: int = 200_000_000  # the learning rate anneals to 0 over this
+    batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
 
     def __post_init__(self):
         _require(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
@@ -53,7 +56,14 @@ class LearnerConfig:
             self.reward_clipping,
             f"must be one of {', '.join(REWARD_CLIPPING_CHOICES)}",
         )
+        _require(self.batch_reuse >= 1, "batch_reuse", self.batch_reuse, "must be at least 1")
         _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+        _require(
+            self.optimizer in OPTIMIZER_CHOICES,
+            "optimizer",
+            self.optimizer,
+            f"must be one of {', '.join(OPTIMIZER_CHOICES)}",
+        )
         _require(0.0 <= self.decay < 1.0, "decay", self.decay, "must be in [0, 1)")
         _require(0.0 <= self.momentum < 1.0, "momentum", self.momentum, "must be in [0, 1)")
         _require(self.epsilon > 0, "epsilon", self.epsilon, "must be > 0")
@@ -182,6 +192,23 @@ def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf
     return tf.cast(config.learning_rate * remaining, tf.float32)
 
 
+def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Optimizer:
+    """The optimiser `config.optimizer` names, reading its step size from `learning_rate`."""
+    if config.optimizer == "adam":
+        # Adam's epsilon sits outside the square root; `decay` is its second-moment decay.
+        return snt.optimizers.Adam(
+            learning_rate=learning_rate, beta2=config.decay, epsilon=config.epsilon
+        )
+    # Sonnet's RMSProp has TensorFlow 1's semantics (epsilon inside the square root), which
+    # is what the IMPALA paper's hyperparameters were tuned with.
+    return snt.optimizers.RMSProp(
+        learning_rate=learning_rate,
+        decay=config.decay,
+        momentum=config.momentum,
+        epsilon=config.epsilon,
+    )
+
+
 # Wraps the gradient tape; the distributed learner passes Horovod's DistributedGradientTape.
 TapeWrapper = Callable[[tf.GradientTape], Any]
 
@@ -207,14 +234,7 @@ class Learner:
         self._config = config
         self._wrap_tape = wrap_tape or (lambda tape: tape)
         self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
-        # Sonnet's RMSProp has TensorFlow 1's semantics (epsilon inside the square root), which
-        # is what the IMPALA paper's hyperparameters were tuned with.
-        self.optimizer = snt.optimizers.RMSProp(
-            learning_rate=self.learning_rate,
-            decay=config.decay,
-            momentum=config.momentum,
-            epsilon=config.epsilon,
-        )
+        self.optimizer = make_optimizer(config, self.learning_rate)
         self._train_step = tf.function(self._step)
 
     def create_optimizer_slots(self) -> None:
@@ -228,6 +248,21 @@ class Learner:
         self.optimizer.apply(zeros, self._agent.trainable_variables)
         self.learning_rate.assign(saved_lr)
 
+    def learn(self, batch: Batch, frames: int) -> dict[str, float]:
+        """`config.batch_reuse` optimisation steps on `batch`, at `frames` frames into training.
+
+        Every step after the first learns from actions its own earlier updates did not choose:
+        V-trace's importance weights (pi / mu, clipped) correct for that.
+
+        Returns:
+          Scalar statistics of the last step: the loss terms, gradient norm and learning rate.
+        """
+        self.learning_rate.assign(annealed_learning_rate(self._config, frames))
+        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
+        for _ in range(self._config.batch_reuse):
+            stats = self._train_step(batch)
+        return {name: float(value) for name, value in stats.items()}
+
     def step(self, batch: Batch, frames: int) -> dict[str, float]:
         """One optimisation step on `batch`, at `frames` emulator frames into training.
 
@@ -235,8 +270,7 @@ class Learner:
           Scalar statistics of the step: the loss terms, gradient norm and learning rate.
         """
         self.learning_rate.assign(annealed_learning_rate(self._config, frames))
-        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
-        stats = self._train_step(batch)
+        stats = self._train_step(tf.nest.map_structure(tf.convert_to_tensor, batch))
         return {name: float(value) for name, value in stats.items()}
 
     def _step(self, batch: Batch) -> dict[str, tf.Tensor]:

@@ -375,7 +375,7 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
         learners = _learner_states(learning, queued)
         if np.any(learners.stop):
             break
-        stats = learning.trainer.step(_to_batch(queued, learning.agent), progress.frames)
+        stats = learning.trainer.learn(_to_batch(queued, learning.agent), progress.frames)
         counters.steps += 1
         counters.version += 1
         service.publish_weights(counters.version)

@@ -71,7 +71,7 @@ def train(
     next_report = time.monotonic() + config.log_every_secs
     while not progress.done:
         batch = stack_unrolls([actor.unroll()])
-        learner.step(batch, progress.frames)
+        learner.learn(batch, progress.frames)
         progress.add_frames(frames_per_batch)
         progress.add_episode_returns(s.episode_return for s in actor.pop_episode_stats())
         if time.monotonic() >= next_report or progress.done:

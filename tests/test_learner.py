@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+import sonnet as snt
 import tensorflow as tf
 
 import learner
 import networks
-import vtrace
 from actor import Steps
 from learner import LearnerConfig
 
@@ -72,30 +72,115 @@ def test_policy_gradient_loss_does_not_differentiate_advantages():
     assert tape.gradient(loss, logits) is not None
 
 
-def test_compute_loss_matches_vtrace_on_the_shifted_batch():
-    rng = np.random.default_rng(0)
-    agent = _mlp_agent()
-    batch = _batch(rng)
-    config = LearnerConfig(baseline_cost=0.5, entropy_cost=0.01, discounting=0.9)
-    terms = learner.compute_loss(agent, batch, config)
+def _log_softmax(logits):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
-    steps = batch.steps
-    inputs = networks.AgentInput(steps.prev_action, steps.reward, steps.done, steps.observation)
-    outputs, _ = agent.unroll(inputs, ())
-    returns = vtrace.from_logits(
-        behaviour_policy_logits=steps.policy_logits[:-1],
-        target_policy_logits=outputs.policy_logits[:-1],
-        actions=steps.action[:-1],
-        discounts=(~steps.done[1:]).astype(np.float32) * 0.9,
-        rewards=np.clip(steps.reward[1:], -1, 1),
-        values=outputs.baseline[:-1],
-        bootstrap_value=outputs.baseline[-1],
+
+def _reference_loss(steps, logits, values, config):
+    """The IMPALA loss written out step by step in float64 NumPy, from the paper (section 4.2).
+
+    `logits` [T + 1, B, A] and `values` [T + 1, B] are the learner's outputs on `steps`. Time step
+    t holds the observation x_t, the action a_t chosen there and the reward r_t paid on the way
+    into x_t, so a_t is paid by r_{t+1}. Returns the policy-gradient, baseline and entropy terms
+    and d(total)/d(logits[:-1]).
+    """
+    num_steps = len(steps.action) - 1
+    gamma = config.discounting
+    log_pi = _log_softmax(logits.astype(np.float64))
+    log_mu = _log_softmax(steps.policy_logits.astype(np.float64))
+    pg_terms, baseline_terms, entropy_terms = [], [], []
+    grad_logits = np.zeros_like(log_pi[:-1])
+    for b in range(steps.action.shape[1]):
+        a = steps.action[:, b]
+        steps_b = np.arange(num_steps + 1)
+        rho = np.exp(log_pi[steps_b, b, a] - log_mu[steps_b, b, a])
+        reward = np.clip(steps.reward[:, b].astype(np.float64), -1, 1)
+        discount = np.where(steps.done[:, b], 0.0, gamma)  # [t] applies to the move into x_t
+        v = values[:, b].astype(np.float64)
+        vs = np.zeros(num_steps + 1)
+        vs[num_steps] = v[num_steps]  # the bootstrap
+        for s in reversed(range(num_steps)):
+            delta = min(1.0, rho[s]) * (reward[s + 1] + discount[s + 1] * v[s + 1] - v[s])
+            vs[s] = v[s] + delta + discount[s + 1] * min(1.0, rho[s]) * (vs[s + 1] - v[s + 1])
+        for s in range(num_steps):
+            advantage = min(1.0, rho[s]) * (reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s])
+            pi = np.exp(log_pi[s, b])
+            pg_terms.append(-log_pi[s, b, a[s]] * advantage)
+            baseline_terms.append(0.5 * (vs[s] - v[s]) ** 2)
+            entropy = -np.sum(pi * log_pi[s, b])
+            entropy_terms.append(-entropy)
+            # d(-log pi(a))/dlogits = pi - onehot(a); d(-H)/dlogits = pi * (log pi + H).
+            grad_logits[s, b] = advantage * (pi - np.eye(len(pi))[a[s]])
+            grad_logits[s, b] += config.entropy_cost * pi * (log_pi[s, b] + entropy)
+    return (
+        np.sum(pg_terms),
+        config.baseline_cost * np.sum(baseline_terms),
+        config.entropy_cost * np.sum(entropy_terms),
+        grad_logits,
     )
-    expected_baseline = 0.5 * 0.5 * np.sum((returns.vs - outputs.baseline[:-1]) ** 2)
-    np.testing.assert_allclose(terms.baseline, expected_baseline, rtol=1e-5)
-    np.testing.assert_allclose(
-        terms.total, terms.policy_gradient + terms.baseline + terms.entropy, rtol=1e-6
+
+
+class _FixedOutputAgent(networks.Agent):
+    """Outputs its variables as logits [T + 1, B, A] and values [T + 1, B], whatever it sees."""
+
+    def __init__(self, logits, values):
+        super().__init__(logits.shape[-1])
+        self.logits = tf.Variable(logits, dtype=tf.float32)
+        self.values = tf.Variable(values, dtype=tf.float32)
+
+    def __call__(self, inputs, state):
+        raise NotImplementedError
+
+    def unroll(self, inputs, state):
+        return networks.AgentOutput(self.logits, self.values), state
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compute_loss_against_an_independent_reference(seed):
+    """Every term and the gradient reaching the logits, against `_reference_loss`.
+
+    Fails if the policy gradient used the value targets instead of its own advantages, the
+    behaviour instead of the target logits, the wrong sign or time shift, or let gradients into
+    the advantages; or if a cost were dropped from its term.
+    """
+    rng = np.random.default_rng(seed)
+    batch = _batch(rng, num_steps=6, batch_size=4)
+    logits = rng.normal(size=(7, 4, 3)).astype(np.float32)
+    values = rng.normal(size=(7, 4)).astype(np.float32)
+    config = LearnerConfig(baseline_cost=0.3, entropy_cost=0.05, discounting=0.9)
+    agent = _FixedOutputAgent(logits, values)
+    with tf.GradientTape() as tape:
+        terms = learner.compute_loss(agent, batch, config)
+    grad_logits = tape.gradient(terms.total, agent.logits).numpy()
+
+    pg, baseline, entropy, expected_grad = _reference_loss(batch.steps, logits, values, config)
+    np.testing.assert_allclose(terms.policy_gradient, pg, rtol=1e-4)
+    np.testing.assert_allclose(terms.baseline, baseline, rtol=1e-4)
+    np.testing.assert_allclose(terms.entropy, entropy, rtol=1e-4)
+    np.testing.assert_allclose(terms.total, pg + baseline + entropy, rtol=1e-4)
+    np.testing.assert_allclose(grad_logits[:-1], expected_grad, rtol=1e-4, atol=1e-5)
+    # The bootstrap step is only evaluated: no policy gradient comes from it.
+    np.testing.assert_array_equal(grad_logits[-1], 0.0)
+
+
+def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
+    """One step, one environment: the action that was paid +1 becomes likelier, by the sign."""
+    steps = Steps(
+        prev_action=np.zeros((2, 1), np.int32),
+        reward=np.array([[0.0], [1.0]], np.float32),
+        done=np.array([[True], [True]]),  # the episode ends after the action: no bootstrap
+        observation=np.zeros((2, 1, 4), np.float32),
+        action=np.array([[2], [0]], np.int32),
+        policy_logits=np.zeros((2, 1, 3), np.float32),
     )
+    agent = _FixedOutputAgent(np.zeros((2, 1, 3), np.float32), np.zeros((2, 1), np.float32))
+    config = LearnerConfig(entropy_cost=0.0, baseline_cost=0.0)
+    with tf.GradientTape() as tape:
+        total = learner.compute_loss(agent, learner.Batch((), steps), config).total
+    gradient = tape.gradient(total, agent.logits).numpy()[0, 0]
+    # Gradient descent moves the logits against the gradient: action 2 up, the others down.
+    np.testing.assert_allclose(-gradient, [-1 / 3, -1 / 3, 2 / 3], rtol=1e-5)
 
 
 def test_learning_rate_anneals_linearly_to_zero():
@@ -158,3 +243,23 @@ def test_create_optimizer_slots_keeps_weights():
 def test_config_errors_name_the_flag(field, value, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         LearnerConfig(**{field: value})
+
+
+def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
+    rng = np.random.default_rng(4)
+    batch = _batch(rng, num_steps=8, batch_size=4)
+    config = LearnerConfig(
+        optimizer="adam", epsilon=1e-8, decay=0.999, batch_reuse=3, entropy_cost=0.0
+    )
+    trainer = learner.Learner(_mlp_agent(), config)
+    assert isinstance(trainer.optimizer, snt.optimizers.Adam)
+    first = trainer.learn(batch, frames=0)
+    assert int(trainer.optimizer.step) == 3
+    for _ in range(10):
+        last = trainer.learn(batch, frames=0)
+    assert int(trainer.optimizer.step) == 33
+    assert last["loss/baseline"] < first["loss/baseline"]
+    with pytest.raises(ValueError, match="--optimizer=sgd: must be one of rmsprop, adam"):
+        LearnerConfig(optimizer="sgd")
+    with pytest.raises(ValueError, match="--batch_reuse=0: must be at least 1"):
+        LearnerConfig(batch_reuse=0)
