@@ -28,7 +28,8 @@ scores reported by `pop_episode_stats` are always whole games, as in papers.
 
 Importing this module also registers `impala/Counter-v0`, a tiny deterministic
 environment whose observations encode a step counter (`decode_counter`), for
-fast tests of the actor/learner plumbing.
+fast tests of the actor/learner plumbing, and `impala/Catch-v0` (`catch.py`), a
+small game drawn in the Atari observation shape, for learning tests.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import catch  # noqa: F401 - registers impala/Catch-v0, a game for learning tests
 
 # Emulator frames per agent step in the DeepMind Atari setup; `num_action_repeats`
 # multiplies it.

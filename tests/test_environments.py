@@ -376,3 +376,58 @@ def test_bad_actions_and_lifecycle():
     env.close()  # Idempotent.
     with pytest.raises(RuntimeError, match="after close"):
         env.reset()
+
+
+# --------------------------------------------------------------------------- #
+# impala/Catch-v0, the learning-test game.
+# --------------------------------------------------------------------------- #
+
+
+def test_catch_draws_the_ball_falling_in_an_atari_shaped_frame_stack():
+    import catch
+
+    env = catch.CatchEnv()
+    observation, _ = env.reset(seed=5)
+    assert observation.shape == (84, 84, 4) and observation.dtype == np.uint8
+    # A new episode's stack is empty but for its newest frame, as AtariVectorEnv gives it.
+    assert not observation[..., :3].any()
+    row, column = env.ball
+    assert observation[row * 8, column * 8, 3] == 255
+    assert observation[9 * 8, env.paddle * 8, 3] == 255
+    stacks = [observation]
+    for _ in range(3):
+        observation, reward, terminated, _, _ = env.step(1)
+        stacks.append(observation)
+        assert reward == 0.0 and not terminated
+    # Oldest frame first: frame k of the last stack is the newest frame of stack k.
+    for k in range(4):
+        np.testing.assert_array_equal(observation[..., k], stacks[k][..., 3])
+    # The ball fell one row (8 pixels) per step, in its own column.
+    assert env.ball == (row + 3, column)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_catch_pays_only_at_the_bottom_and_only_a_paddle_under_the_ball(seed):
+    import catch
+
+    with make_environment(EnvConfig(catch.CATCH_LEVEL, num_envs=8, seed=seed)) as env:
+        assert (env.num_actions, env.observation_shape) == (3, (84, 84, 4))
+        output = env.reset()
+        rng = np.random.default_rng(seed)
+        for policy in ("random", "best"):
+            for _ in range(9 * 30):
+                if policy == "best":
+                    actions = np.array([catch.best_action(o) for o in output.observation])
+                else:
+                    actions = rng.integers(0, 3, 8)
+                output = env.step(actions)
+                assert set(np.unique(output.reward)) <= {-1.0, 0.0, 1.0}
+                # A reward comes exactly when an episode ends.
+                np.testing.assert_array_equal(output.reward != 0, output.done)
+            games = env.pop_episode_stats()
+            assert all(game.episode_steps == 9 for game in games)
+            mean = np.mean([game.episode_return for game in games])
+            if policy == "best":
+                assert mean == 1.0
+            else:
+                assert -0.95 < mean < -0.5  # a random paddle is rarely under the ball
