@@ -13,7 +13,7 @@ ARGS ?=
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-k vtrace"
 PYTEST_ARGS ?=
 
-.PHONY: setup train test lint format bench clean
+.PHONY: setup train test lint format bench bench-learning clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py $(ARGS)
+
+# Trains a named configuration (default: Pong, the make-train set-up, 10M frames) and writes its
+# learning curve and results, e.g. make bench-learning ARGS="--config=breakout"
+bench-learning: $(STAMP)
+	$(PY) benchmarks/learning.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,173 @@
+"""Learning benchmark: train a named configuration for a frame budget and report how it learned.
+
+  python benchmarks/learning.py                          # pong: the make-train set-up, 10M frames
+  python benchmarks/learning.py --config=breakout
+  python benchmarks/learning.py --config=catch           # a two-minute check of the whole path
+  python benchmarks/learning.py --config=pong --frames=2e6 --out_dir=/tmp/pong-short
+  make bench-learning ARGS="--config=breakout"
+
+Trains through the real distributed path (`run_local.py`: a learner process and actor processes
+over gRPC, the defaults of `make train` unless the configuration says otherwise), then writes into
+`--out_dir` (default `runs/bench-<config>-<time>`, which is also the run folder):
+  learning_curve.png  return against emulator frames and against training hours (`plot.py`);
+  learning.json       the configuration and its flags, the machine, the date, the final mean
+                      return over the last `--window` games, the best such mean, the frames at
+                      which that mean first reached each of `thresholds`, and frames/s (the
+                      learner's steady rate and the overall rate, start-up included).
+The last lines printed are the JSON's headline figures, the README's "Learning results" row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+from absl import app, flags
+
+import plot
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """A named learning benchmark.
+
+    Attributes:
+      flags: experiment.py / run_local.py flags on top of the make-train defaults.
+      frames: the default frame budget.
+      thresholds: returns whose first crossing (by the moving mean) is reported, in frames.
+    """
+
+    flags: tuple[str, ...]
+    frames: float
+    thresholds: tuple[float, ...]
+
+
+BENCHMARKS = {
+    "pong": Benchmark(("--level_name=PongNoFrameskip-v4",), 10e6, (-15.0, 0.0, 10.0, 18.0)),
+    "breakout": Benchmark(("--level_name=BreakoutNoFrameskip-v4",), 10e6, (10.0, 50.0, 100.0)),
+    "catch": Benchmark(("--level_name=impala/Catch-v0",), 1e6, (0.0, 0.5, 0.9)),
+}
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("config", "pong", list(BENCHMARKS), "Which benchmark to run.")
+flags.DEFINE_float("frames", 0, "Frame budget (default: the configuration's).")
+flags.DEFINE_string("out_dir", "", "Run folder and results (default: runs/bench-<config>-<time>).")
+flags.DEFINE_integer("window", 100, "Games in the mean return that is reported.", lower_bound=1)
+flags.DEFINE_multi_string("extra", [], "More run_local.py flags, e.g. --extra=--seed=1.")
+
+
+def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -> float:
+    """Runs run_local.py into `run_dir`; returns the wall-clock seconds it took."""
+    argv = [
+        sys.executable,
+        "-u",
+        os.path.join(_ROOT, "run_local.py"),
+        f"--logdir={os.path.dirname(run_dir)}",
+        f"--experiment={os.path.basename(run_dir)}",
+        f"--total_environment_frames={frames:.0f}",
+        *benchmark.flags,
+        *extra,
+    ]
+    print(f"[learning] {' '.join(argv[2:])}", flush=True)
+    started = time.monotonic()
+    completed = subprocess.run(argv, cwd=_ROOT, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"[learning] training failed with exit status {completed.returncode}")
+    return time.monotonic() - started
+
+
+def first_crossing(frames: np.ndarray, smoothed: np.ndarray, threshold: float) -> int | None:
+    """Frames at which the moving mean first reached `threshold`, None if it never did."""
+    reached = np.flatnonzero(smoothed >= threshold)
+    return int(frames[reached[0]]) if len(reached) else None
+
+
+def results(
+    name: str, benchmark: Benchmark, run_dir: str, window: int, wall_secs: float, argv: list[str]
+) -> dict:
+    """The benchmark's figures, from the run folder's events and learner summary."""
+    curve = plot.load_curve(run_dir, name, window)
+    # Only full windows count, so that a lucky first game is not a "best mean".
+    full = curve.smoothed[window - 1 :] if len(curve.returns) >= window else curve.smoothed[-1:]
+    with open(os.path.join(run_dir, "learner_0.json")) as f:
+        summary = json.load(f)
+    return {
+        "config": name,
+        "command": " ".join(argv),
+        "flags": list(benchmark.flags),
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
+        "frames": int(summary["frames"]),
+        "games": len(curve.returns),
+        "window": min(window, len(curve.returns)),
+        "final_mean_return": round(float(curve.smoothed[-1]), 2),
+        "best_mean_return": round(float(np.max(full)), 2),
+        "frames_to_reach": {
+            f"{threshold:g}": first_crossing(
+                curve.frames[window - 1 :] if len(curve.returns) >= window else curve.frames[-1:],
+                full,
+                threshold,
+            )
+            for threshold in benchmark.thresholds
+        },
+        "frames_per_second_steady": summary["frames_per_second_steady"],
+        "frames_per_second_overall": summary["frames"] / wall_secs,
+        "wall_minutes": round(wall_secs / 60, 1),
+        "training_hours": round(float(curve.hours[-1]), 3),
+        "run_dir": run_dir,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    benchmark = BENCHMARKS[FLAGS.config]
+    frames = FLAGS.frames or benchmark.frames
+    run_dir = os.path.abspath(
+        FLAGS.out_dir
+        or os.path.join(
+            _ROOT, "runs", f"bench-{FLAGS.config}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+        )
+    )
+    if os.path.exists(os.path.join(run_dir, "learner_0.json")):
+        raise app.UsageError(f"--out_dir={run_dir} already holds a finished run; name a new one")
+    os.makedirs(run_dir, exist_ok=True)
+    wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
+    figures = results(FLAGS.config, benchmark, run_dir, FLAGS.window, wall_secs, sys.argv)
+    title = f"{FLAGS.config}: {figures['frames'] / 1e6:.1f}M frames"
+    plot.write_png(
+        plot.draw([plot.load_curve(run_dir, FLAGS.config, FLAGS.window)], title),
+        os.path.join(run_dir, "learning_curve.png"),
+    )
+    with open(os.path.join(run_dir, "learning.json.tmp"), "w") as f:
+        json.dump(figures, f, indent=2)
+    os.replace(os.path.join(run_dir, "learning.json.tmp"), os.path.join(run_dir, "learning.json"))
+    reached = ", ".join(
+        f"{threshold} at {'-' if at is None else f'{at / 1e6:.1f}M'}"
+        for threshold, at in figures["frames_to_reach"].items()
+    )
+    print(
+        f"[learning] {FLAGS.config}: mean return {figures['final_mean_return']} over the last "
+        f"{figures['window']} games at {figures['frames'] / 1e6:.1f}M frames (best "
+        f"{figures['best_mean_return']}); reached {reached}; "
+        f"{figures['frames_per_second_steady']:.0f} frames/s steady, "
+        f"{figures['wall_minutes']} min in all"
+    )
+    print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
