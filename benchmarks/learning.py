@@ -15,6 +15,8 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       which that mean first reached each of `thresholds`, and frames/s (the
                       learner's steady rate and the overall rate, start-up included).
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
+Stopped early (Ctrl-C), it reports on the frames trained so far; the run folder can be resumed
+with `run_local.py --logdir=... --experiment=...`.
 """
 
 from __future__ import annotations
@@ -57,8 +59,25 @@ class Benchmark:
 BENCHMARKS = {
     "pong": Benchmark(("--level_name=PongNoFrameskip-v4",), 10e6, (-15.0, 0.0, 10.0, 18.0)),
     "breakout": Benchmark(("--level_name=BreakoutNoFrameskip-v4",), 10e6, (10.0, 50.0, 100.0)),
-    "catch": Benchmark(("--level_name=impala/Catch-v0",), 1e6, (0.0, 0.5, 0.9)),
+    # The settings of the Catch learning test (tests/test_distributed.py): small batches, Adam.
+    "catch": Benchmark(
+        (
+            "--level_name=impala/Catch-v0",
+            "--optimizer=adam",
+            "--epsilon=1e-8",
+            "--decay=0.999",
+            "--learning_rate=1e-3",
+            "--batch_size=8",
+            "--unroll_length=10",
+            "--num_envs_per_actor=8",
+        ),
+        60e3,
+        (0.0, 0.5, 0.9),
+    ),
 }
+
+# run_local.py's exit status when stopped (Ctrl-C, SIGTERM): the run saved and can be resumed.
+_STOPPED = 130
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "pong", list(BENCHMARKS), "Which benchmark to run.")
@@ -82,8 +101,13 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
     ]
     print(f"[learning] {' '.join(argv[2:])}", flush=True)
     started = time.monotonic()
-    completed = subprocess.run(argv, cwd=_ROOT, check=False)
-    if completed.returncode != 0:
+    try:
+        completed = subprocess.run(argv, cwd=_ROOT, check=False)
+    except KeyboardInterrupt:  # run_local.py stops the run and saves; report what it learned
+        completed = subprocess.CompletedProcess(argv, _STOPPED)
+    if completed.returncode == _STOPPED:
+        print("[learning] stopped before the budget: reporting the frames trained", flush=True)
+    elif completed.returncode != 0:
         raise SystemExit(f"[learning] training failed with exit status {completed.returncode}")
     return time.monotonic() - started
 
@@ -110,6 +134,7 @@ def results(
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
         "frames": int(summary["frames"]),
+        "stopped_early": summary["stopped_early"],
         "games": len(curve.returns),
         "window": min(window, len(curve.returns)),
         "final_mean_return": round(float(curve.smoothed[-1]), 2),
