@@ -155,6 +155,10 @@ def results(
     }
 
 
+def _frames(frames: float) -> str:
+    return f"{frames / 1e6:.1f}M" if frames >= 1e6 else f"{frames / 1e3:.0f}k"
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -171,7 +175,7 @@ def main(argv: list[str]) -> int:
     os.makedirs(run_dir, exist_ok=True)
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
     figures = results(FLAGS.config, benchmark, run_dir, FLAGS.window, wall_secs, sys.argv)
-    title = f"{FLAGS.config}: {figures['frames'] / 1e6:.1f}M frames"
+    title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(
         plot.draw([plot.load_curve(run_dir, FLAGS.config, FLAGS.window)], title),
         os.path.join(run_dir, "learning_curve.png"),
@@ -180,12 +184,12 @@ def main(argv: list[str]) -> int:
         json.dump(figures, f, indent=2)
     os.replace(os.path.join(run_dir, "learning.json.tmp"), os.path.join(run_dir, "learning.json"))
     reached = ", ".join(
-        f"{threshold} at {'-' if at is None else f'{at / 1e6:.1f}M'}"
+        f"{threshold} at {'-' if at is None else _frames(at)}"
         for threshold, at in figures["frames_to_reach"].items()
     )
     print(
         f"[learning] {FLAGS.config}: mean return {figures['final_mean_return']} over the last "
-        f"{figures['window']} games at {figures['frames'] / 1e6:.1f}M frames (best "
+        f"{figures['window']} games at {_frames(figures['frames'])} frames (best "
         f"{figures['best_mean_return']}); reached {reached}; "
         f"{figures['frames_per_second_steady']:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
