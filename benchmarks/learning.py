@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 from absl import app, flags
 
+import catch
 import plot
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,20 +61,7 @@ BENCHMARKS = {
     "pong": Benchmark(("--level_name=PongNoFrameskip-v4",), 10e6, (-15.0, 0.0, 10.0, 18.0)),
     "breakout": Benchmark(("--level_name=BreakoutNoFrameskip-v4",), 10e6, (10.0, 50.0, 100.0)),
     # The settings of the Catch learning test (tests/test_distributed.py): small batches, Adam.
-    "catch": Benchmark(
-        (
-            "--level_name=impala/Catch-v0",
-            "--optimizer=adam",
-            "--epsilon=1e-8",
-            "--decay=0.999",
-            "--learning_rate=1e-3",
-            "--batch_size=8",
-            "--unroll_length=10",
-            "--num_envs_per_actor=8",
-        ),
-        60e3,
-        (0.0, 0.5, 0.9),
-    ),
+    "catch": Benchmark(catch.QUICK_LEARNING_FLAGS, 60e3, (0.0, 0.5, 0.9)),
 }
 
 # run_local.py's exit status when stopped (Ctrl-C, SIGTERM): the run saved and can be resumed.

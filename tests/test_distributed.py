@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, processes_with, wait_until
 
+import catch
 import environments
 import learner
 import learner_loop
@@ -307,15 +308,7 @@ def test_catch_is_learned_from_pixels_through_the_distributed_path(tmp_path):
     quick: it first reaches 0.8 at about 37k frames, 1.0 at about 50k."""
     completed, run_dir = _run_local(
         tmp_path,
-        "--level_name=impala/Catch-v0",
-        "--agent_name=ShallowConvNetAgent",
-        "--optimizer=adam",
-        "--epsilon=1e-8",
-        "--decay=0.999",
-        "--learning_rate=1e-3",
-        "--batch_size=8",
-        "--unroll_length=10",
-        "--num_envs_per_actor=8",
+        *catch.QUICK_LEARNING_FLAGS,
         "--total_environment_frames=60000",
         "--seed=1",
         timeout=600,
