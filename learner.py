@@ -257,11 +257,7 @@ class Learner:
         Returns:
           Scalar statistics of the last step: the loss terms, gradient norm and learning rate.
         """
-        self.learning_rate.assign(annealed_learning_rate(self._config, frames))
-        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)
-        for _ in range(self._config.batch_reuse):
-            stats = self._train_step(batch)
-        return {name: float(value) for name, value in stats.items()}
+        return self._optimise(batch, frames, self._config.batch_reuse)
 
     def step(self, batch: Batch, frames: int) -> dict[str, float]:
         """One optimisation step on `batch`, at `frames` emulator frames into training.
@@ -269,8 +265,13 @@ class Learner:
         Returns:
           Scalar statistics of the step: the loss terms, gradient norm and learning rate.
         """
+        return self._optimise(batch, frames, 1)
+
+    def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
         self.learning_rate.assign(annealed_learning_rate(self._config, frames))
-        stats = self._train_step(tf.nest.map_structure(tf.convert_to_tensor, batch))
+        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
+        for _ in range(num_steps):
+            stats = self._train_step(batch)
         return {name: float(value) for name, value in stats.items()}
 
     def _step(self, batch: Batch) -> dict[str, tf.Tensor]:

@@ -91,10 +91,10 @@ def _reference_loss(steps, logits, values, config):
     log_mu = _log_softmax(steps.policy_logits.astype(np.float64))
     pg_terms, baseline_terms, entropy_terms = [], [], []
     grad_logits = np.zeros_like(log_pi[:-1])
+    times = np.arange(num_steps + 1)
     for b in range(steps.action.shape[1]):
         a = steps.action[:, b]
-        steps_b = np.arange(num_steps + 1)
-        rho = np.exp(log_pi[steps_b, b, a] - log_mu[steps_b, b, a])
+        rho = np.exp(log_pi[times, b, a] - log_mu[times, b, a])
         reward = np.clip(steps.reward[:, b].astype(np.float64), -1, 1)
         discount = np.where(steps.done[:, b], 0.0, gamma)  # [t] applies to the move into x_t
         v = values[:, b].astype(np.float64)
