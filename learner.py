@@ -66,6 +66,12 @@ class LearnerConfig:
         )
         _require(0.0 <= self.decay < 1.0, "decay", self.decay, "must be in [0, 1)")
         _require(0.0 <= self.momentum < 1.0, "momentum", self.momentum, "must be in [0, 1)")
+        _require(
+            self.optimizer == "rmsprop" or self.momentum == 0.0,
+            "momentum",
+            self.momentum,
+            "is RMSProp's; --optimizer=adam has its own (beta1 0.9): leave --momentum at 0",
+        )
         _require(self.epsilon > 0, "epsilon", self.epsilon, "must be > 0")
         _require(
             self.total_environment_frames >= 1,

@@ -263,3 +263,5 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         LearnerConfig(optimizer="sgd")
     with pytest.raises(ValueError, match="--batch_reuse=0: must be at least 1"):
         LearnerConfig(batch_reuse=0)
+    with pytest.raises(ValueError, match=r"--momentum=0\.9: is RMSProp.s; --optimizer=adam"):
+        LearnerConfig(optimizer="adam", momentum=0.9)
