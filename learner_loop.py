@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -499,7 +498,4 @@ def weights_checksum(variables) -> str:
 def _write_summary(run_dir: str, rank: int, summary: dict) -> None:
     if not run_dir:
         return
-    path = os.path.join(run_dir, f"learner_{rank}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2)
-    os.replace(path + ".tmp", path)
+    run_folder.write_json(os.path.join(run_dir, f"learner_{rank}.json"), summary)

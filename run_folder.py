@@ -72,9 +72,13 @@ def read_flags(run_dir: str) -> dict[str, Any] | None:
 def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
     """Saves `flag_values` as `flags.json`, replacing the previous file only once complete."""
     os.makedirs(run_dir, exist_ok=True)
-    path = os.path.join(run_dir, FLAGS_FILE)
+    write_json(os.path.join(run_dir, FLAGS_FILE), dict(flag_values), sort_keys=True)
+
+
+def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
+    """Writes `value` as indented JSON to `path`, replacing what was there only once complete."""
     with open(path + ".tmp", "w") as f:
-        json.dump(dict(flag_values), f, indent=2, sort_keys=True)
+        json.dump(value, f, indent=2, sort_keys=sort_keys)
         f.write("\n")
     os.replace(path + ".tmp", path)
 

@@ -38,6 +38,7 @@ from absl import app, flags
 
 import catch
 import plot
+import run_folder
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,7 +70,7 @@ _STOPPED = 130
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("config", "pong", list(BENCHMARKS), "Which benchmark to run.")
-flags.DEFINE_float("frames", 0, "Frame budget (default: the configuration's).")
+flags.DEFINE_float("frames", 0, "Frame budget (default: the configuration's).", lower_bound=0)
 flags.DEFINE_string("out_dir", "", "Run folder and results (default: runs/bench-<config>-<time>).")
 flags.DEFINE_integer("window", 100, "Games in the mean return that is reported.", lower_bound=1)
 flags.DEFINE_multi_string("extra", [], "More run_local.py flags, e.g. --extra=--seed=1.")
@@ -107,16 +108,15 @@ def first_crossing(frames: np.ndarray, smoothed: np.ndarray, threshold: float) -
 
 
 def results(
-    name: str, benchmark: Benchmark, run_dir: str, window: int, wall_secs: float, argv: list[str]
+    benchmark: Benchmark, curve: plot.Curve, run_dir: str, wall_secs: float, argv: list[str]
 ) -> dict:
-    """The benchmark's figures, from the run folder's events and learner summary."""
-    curve = plot.load_curve(run_dir, name, window)
-    # Only full windows count, so that a lucky first game is not a "best mean".
-    full = curve.smoothed[window - 1 :] if len(curve.returns) >= window else curve.smoothed[-1:]
+    """The benchmark's figures, from the run's learning curve and its learner summary."""
+    # Only full windows of games count, so that a lucky first game is not a "best mean".
+    first_full = min(curve.window, len(curve.returns)) - 1
     with open(os.path.join(run_dir, "learner_0.json")) as f:
         summary = json.load(f)
     return {
-        "config": name,
+        "config": curve.name,
         "command": " ".join(argv),
         "flags": list(benchmark.flags),
         "date": datetime.date.today().isoformat(),
@@ -124,17 +124,16 @@ def results(
         "frames": int(summary["frames"]),
         "stopped_early": summary["stopped_early"],
         "games": len(curve.returns),
-        "window": min(window, len(curve.returns)),
+        "window": first_full + 1,
         "final_mean_return": round(float(curve.smoothed[-1]), 2),
-        "best_mean_return": round(float(np.max(full)), 2),
+        "best_mean_return": round(float(np.max(curve.smoothed[first_full:])), 2),
         "frames_to_reach": {
             f"{threshold:g}": first_crossing(
-                curve.frames[window - 1 :] if len(curve.returns) >= window else curve.frames[-1:],
-                full,
-                threshold,
+                curve.frames[first_full:], curve.smoothed[first_full:], threshold
             )
             for threshold in benchmark.thresholds
         },
+        # None when the run took fewer than two steps.
         "frames_per_second_steady": summary["frames_per_second_steady"],
         "frames_per_second_overall": summary["frames"] / wall_secs,
         "wall_minutes": round(wall_secs / 60, 1),
@@ -160,17 +159,16 @@ def main(argv: list[str]) -> int:
     )
     if os.path.exists(os.path.join(run_dir, "learner_0.json")):
         raise app.UsageError(f"--out_dir={run_dir} already holds a finished run; name a new one")
-    os.makedirs(run_dir, exist_ok=True)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as error:
+        raise app.UsageError(f"--out_dir={run_dir}: {error.strerror}") from None
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
-    figures = results(FLAGS.config, benchmark, run_dir, FLAGS.window, wall_secs, sys.argv)
+    curve = plot.load_curve(run_dir, FLAGS.config, FLAGS.window)
+    figures = results(benchmark, curve, run_dir, wall_secs, sys.argv)
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
-    plot.write_png(
-        plot.draw([plot.load_curve(run_dir, FLAGS.config, FLAGS.window)], title),
-        os.path.join(run_dir, "learning_curve.png"),
-    )
-    with open(os.path.join(run_dir, "learning.json.tmp"), "w") as f:
-        json.dump(figures, f, indent=2)
-    os.replace(os.path.join(run_dir, "learning.json.tmp"), os.path.join(run_dir, "learning.json"))
+    plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
+    run_folder.write_json(os.path.join(run_dir, "learning.json"), figures)
     reached = ", ".join(
         f"{threshold} at {'-' if at is None else _frames(at)}"
         for threshold, at in figures["frames_to_reach"].items()
@@ -179,7 +177,7 @@ def main(argv: list[str]) -> int:
         f"[learning] {FLAGS.config}: mean return {figures['final_mean_return']} over the last "
         f"{figures['window']} games at {_frames(figures['frames'])} frames (best "
         f"{figures['best_mean_return']}); reached {reached}; "
-        f"{figures['frames_per_second_steady']:.0f} frames/s steady, "
+        f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
     )
     print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json")

@@ -1,0 +1,96 @@
+"""benchmarks/learning.py: its figures from a run's curve, and its one-line errors."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+import plot
+
+_SPEC = importlib.util.spec_from_file_location(
+    "learning_benchmark", os.path.join(ROOT, "benchmarks", "learning.py")
+)
+learning = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = learning  # dataclasses look their module up there
+_SPEC.loader.exec_module(learning)
+
+
+def _curve(returns, window):
+    returns = np.asarray(returns, np.float64)
+    return plot.Curve(
+        name="catch",
+        frames=1000 * (1 + np.arange(len(returns))),
+        hours=np.arange(len(returns)) / 3600,
+        returns=returns,
+        smoothed=plot.moving_mean(returns, window),
+        window=window,
+        frames_reached=1000 * len(returns),
+        hours_from_wall_time=False,
+    )
+
+
+def _summary(run_dir, **fields):
+    summary = {"frames": 8000, "stopped_early": False, "frames_per_second_steady": 500.0}
+    summary.update(fields)
+    (run_dir / "learner_0.json").write_text(json.dumps(summary))
+
+
+def test_figures_count_only_full_windows_of_games(tmp_path):
+    # A lucky first game (1.0) must not count on its own: with a window of 4, the means of full
+    # windows are -0.5, -0.5, 0, 0.5, 0.75 (games 4 to 8, reported at 4k to 8k frames).
+    returns = [1.0, -1, -1, -1, 1, 1, 1, 0]
+    _summary(tmp_path)
+    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0",), 8000, (0.0, 0.6, 0.9))
+    figures = learning.results(benchmark, _curve(returns, 4), str(tmp_path), 16.0, ["x"])
+    assert figures["window"] == 4 and figures["games"] == 8
+    assert figures["final_mean_return"] == 0.75
+    assert figures["best_mean_return"] == 0.75
+    assert figures["frames_to_reach"] == {"0": 6000, "0.6": 8000, "0.9": None}
+    assert figures["frames_per_second_overall"] == 500.0
+
+
+def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
+    _summary(tmp_path, frames_per_second_steady=None, stopped_early=True)
+    benchmark = learning.Benchmark((), 3000, (0.0,))
+    figures = learning.results(benchmark, _curve([1.0, -1.0, 0.5], 100), str(tmp_path), 1.0, [])
+    assert figures["window"] == 3
+    assert figures["best_mean_return"] == figures["final_mean_return"] == 0.17
+    assert figures["frames_to_reach"] == {"0": 3000}
+    assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
+
+
+def _run(*flags):
+    return subprocess.run(
+        [sys.executable, "benchmarks/learning.py", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--config=tetris", "flag --config=tetris: value should be one of <pong|breakout|catch>"),
+        ("--frames=-5", "flag --frames=-5: -5.0 is not a non-negative number"),
+        ("--window=0", "flag --window=0: 0 is not"),
+        ("--out_dir={file}/run", "--out_dir={file}/run: Not a directory"),
+        ("--out_dir={finished}", "--out_dir={finished} already holds a finished run"),
+    ],
+)
+def test_bad_flags_are_one_line_errors_before_any_training(tmp_path, flag, message):
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "finished").mkdir()
+    (tmp_path / "finished" / "learner_0.json").write_text("{}")
+    paths = {"file": tmp_path / "a_file", "finished": tmp_path / "finished"}
+    completed = _run(flag.format(**paths))
+    assert completed.returncode != 0
+    assert message.format(**paths) in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert not (tmp_path / "finished" / "learning.json").exists()
