@@ -53,6 +53,9 @@ def _random_play(env, num_steps: int, seed: int = 0) -> list[StepOutput]:
         # Frame limit 90 with 8 frames a step: every game is cut in the middle of a step.
         (BREAKOUT, {"num_envs": 1, "num_action_repeats": 2, "max_episode_frames": 90}, 30),
         ("ALE/MsPacman-v5", {"num_envs": 2}, 50),  # No FIRE in its action set.
+        # 16 games stepped by 2 C++ threads, each given its own action: each action reaches
+        # its own game, whatever order the threads finish in.
+        ("PongNoFrameskip-v4", {"num_envs": 16, "num_threads": 2}, 100),
     ],
 )
 def test_evaluation_environment_plays_the_training_games_exactly(level_name, options, num_steps):

@@ -1,4 +1,4 @@
-"""benchmarks/learning.py: its figures from a run's curve, and its one-line errors."""
+"""benchmarks/learning.py (its figures and one-line errors) and benchmarks/probe_network.py."""
 
 import importlib.util
 import json
@@ -64,9 +64,9 @@ def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
 
 
-def _run(*flags):
+def _run(*flags, script="learning.py"):
     return subprocess.run(
-        [sys.executable, "benchmarks/learning.py", *flags],
+        [sys.executable, os.path.join("benchmarks", script), *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -94,3 +94,15 @@ def test_bad_flags_are_one_line_errors_before_any_training(tmp_path, flag, messa
     assert message.format(**paths) in completed.stderr
     assert "Traceback" not in completed.stderr
     assert not (tmp_path / "finished" / "learning.json").exists()
+
+
+def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(tmp_path):
+    completed = _run(
+        "--level_name=impala/Catch-v0", "init", str(tmp_path / "ckpt-1"), script="probe_network.py"
+    )
+    assert completed.returncode == 1
+    # A new network gives almost the same policy on every frame.
+    assert "init: features alive " in completed.stdout and "logits std 0.0" in completed.stdout
+    (error,) = completed.stderr.strip().splitlines()[-1:]
+    assert error.startswith(f"probe_network.py: error: cannot restore {tmp_path / 'ckpt-1'}: ")
+    assert "Traceback" not in completed.stderr

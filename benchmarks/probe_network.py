@@ -1,0 +1,95 @@
+"""How much a network's outputs depend on what it sees: a diagnostic for policies that do not learn.
+
+  python benchmarks/probe_network.py runs/pong/checkpoints/ckpt-2011   # a trained checkpoint
+  python benchmarks/probe_network.py init --agent_name=SimpleConvNetAgent  # freshly initialised
+
+Plays `--num_envs` games with random actions, keeps 64 frames from them, and prints for each
+checkpoint (or `init`, a network as it starts) on those frames:
+  features alive   torso features (after the last ReLU) above 0 on at least one frame;
+  feature spread   the features' standard deviation across frames over their mean;
+  logits std       the policy logits' standard deviation across frames (0: the same policy on
+                   every frame, whatever it shows);
+  value std        the baseline's standard deviation across frames.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+import environments
+import networks
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames are shown.")
+flags.DEFINE_string("agent_name", "ShallowConvNetAgent", "The checkpoints' network.")
+flags.DEFINE_integer("num_envs", 8, "Games played with random actions.", lower_bound=1)
+flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` network.")
+
+
+def frames(level_name: str, num_envs: int, seed: int) -> tuple[np.ndarray, int]:
+    """64 observations from random play (8 moments of `num_envs` games), and the action count."""
+    config = environments.EnvConfig(level_name, num_envs=num_envs, seed=seed)
+    with environments.make_environment(config) as env:
+        output, kept = env.reset(), []
+        rng = np.random.default_rng(seed)
+        for step in range(200):
+            output = env.step(rng.integers(0, env.num_actions, num_envs))
+            if step % 25 == 24:
+                kept.append(output.observation)
+        return np.concatenate(kept)[:64], env.num_actions
+
+
+def probe(agent: networks.FeedForwardAgent, observations: np.ndarray) -> dict[str, float]:
+    """The figures of the module docstring for `agent` on `observations` [N, ...]."""
+    observations = tf.constant(observations)
+    features = agent._torso(observations).numpy()
+    batch = len(observations)
+    inputs = networks.AgentInput(
+        tf.zeros(batch, tf.int32), tf.zeros(batch), tf.zeros(batch, tf.bool), observations
+    )
+    output, _ = agent(inputs, ())
+    return {
+        "features_alive": int((features > 0).any(axis=0).sum()),
+        "features": features.shape[1],
+        "feature_spread": float(features.std(axis=0).mean() / max(features.mean(), 1e-12)),
+        "logits_std": float(output.policy_logits.numpy().std(axis=0).mean()),
+        "value_std": float(output.baseline.numpy().std()),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        raise app.UsageError("give checkpoints (runs/<name>/checkpoints/ckpt-N) or init")
+    observations, num_actions = frames(FLAGS.level_name, FLAGS.num_envs, FLAGS.seed)
+    for path in argv[1:]:
+        tf.random.set_seed(FLAGS.seed)
+        agent = networks.make_agent(FLAGS.agent_name, num_actions)
+        if not isinstance(agent, networks.FeedForwardAgent):
+            raise app.UsageError(f"--agent_name={FLAGS.agent_name}: only feed-forward agents")
+        networks.build_variables(agent, observations.shape[1:], observations.dtype)
+        if path != "init":
+            try:
+                tf.train.Checkpoint(agent=agent).restore(path).expect_partial()
+            except (tf.errors.OpError, ValueError) as error:
+                message = str(error).splitlines()[0]
+                print(f"probe_network.py: error: cannot restore {path}: {message}", file=sys.stderr)
+                return 1
+        figures = probe(agent, observations)
+        print(
+            f"{path}: features alive {figures['features_alive']}/{figures['features']}, "
+            f"feature spread {figures['feature_spread']:.3f}, "
+            f"logits std {figures['logits_std']:.4f}, value std {figures['value_std']:.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
