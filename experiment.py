@@ -111,6 +111,12 @@ flags.DEFINE_integer(
     "of learner compute; V-trace corrects for the policy having moved).",
 )
 flags.DEFINE_float("discounting", 0.99, "Discount factor.")
+flags.DEFINE_float(
+    "vtrace_lambda",
+    1.0,
+    "V-trace's trace decay in [0, 1], like GAE's lambda: lower bootstraps sooner, with less "
+    "variance and more bias.",
+)
 flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
 flags.DEFINE_enum(
@@ -162,6 +168,7 @@ def learner_config_from_flags() -> learner.LearnerConfig:
         batch_size=FLAGS.batch_size,
         unroll_length=FLAGS.unroll_length,
         discounting=FLAGS.discounting,
+        vtrace_lambda=FLAGS.vtrace_lambda,
         baseline_cost=FLAGS.baseline_cost,
         entropy_cost=FLAGS.entropy_cost,
         reward_clipping=FLAGS.reward_clipping,

@@ -30,6 +30,7 @@ class LearnerConfig:
     batch_size: int = 32
     unroll_length: int = 20
     discounting: float = 0.99
+    vtrace_lambda: float = 1.0  # V-trace's trace decay (the paper's remark 2)
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clipping: str = "abs_one"
@@ -47,6 +48,12 @@ class LearnerConfig:
         _require(self.unroll_length >= 1, "unroll_length", self.unroll_length, "must be at least 1")
         _require(
             0.0 <= self.discounting <= 1.0, "discounting", self.discounting, "must be in [0, 1]"
+        )
+        _require(
+            0.0 <= self.vtrace_lambda <= 1.0,
+            "vtrace_lambda",
+            self.vtrace_lambda,
+            "must be in [0, 1]",
         )
         _require(self.baseline_cost >= 0, "baseline_cost", self.baseline_cost, "must be >= 0")
         _require(self.entropy_cost >= 0, "entropy_cost", self.entropy_cost, "must be >= 0")
@@ -177,6 +184,7 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
         rewards=rewards,
         values=values,
         bootstrap_value=bootstrap_value,
+        lambda_=config.vtrace_lambda,
     )
     policy_gradient = compute_policy_gradient_loss(
         target_logits, actions, vtrace_returns.pg_advantages

@@ -9,11 +9,13 @@ rho_t = pi(a_t | x_t) / mu(a_t | x_t), the n-step V-trace target is
 
     v_s = V(x_s) + sum_{t=s}^{s+n-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t,
     delta_t = min(rho_bar, rho_t) (r_t + gamma_t V(x_{t+1}) - V(x_t)),
-    c_i = min(1, rho_i),
+    c_i = lambda min(1, rho_i),
 
 computed here with the equivalent backward recursion
     v_s - V(x_s) = delta_s + gamma_s c_s (v_{s+1} - V(x_{s+1})).
 
+lambda in [0, 1] (remark 2 of the paper; 1 in its experiments) trades the variance of long
+traces for the bias of bootstrapping sooner, like GAE's lambda; at 0 the targets are one-step.
 The policy-gradient advantage is min(rho_bar_pg, rho_s) (r_s + gamma_s v_{s+1} - V(x_s)).
 Both outputs are targets: no gradient flows through them.
 """
@@ -88,6 +90,7 @@ def from_logits(
     bootstrap_value,
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
+    lambda_: float = 1.0,
 ) -> VTraceFromLogitsReturns:
     """V-trace for softmax policies given as logits.
 
@@ -102,6 +105,7 @@ def from_logits(
       clip_rho_threshold: rho_bar, the clip on importance ratios in the targets; None disables it.
       clip_pg_rho_threshold: the clip on importance ratios in the policy-gradient advantages;
         None disables it.
+      lambda_: the trace's decay, in [0, 1].
 
     Returns:
       A `VTraceFromLogitsReturns`.
@@ -124,6 +128,7 @@ def from_logits(
         bootstrap_value=bootstrap_value,
         clip_rho_threshold=clip_rho_threshold,
         clip_pg_rho_threshold=clip_pg_rho_threshold,
+        lambda_=lambda_,
     )
     return VTraceFromLogitsReturns(
         vs=vtrace_returns.vs,
@@ -142,6 +147,7 @@ def from_importance_weights(
     bootstrap_value,
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
+    lambda_: float = 1.0,
 ) -> VTraceReturns:
     """V-trace from log importance weights.
 
@@ -154,12 +160,14 @@ def from_importance_weights(
       clip_rho_threshold: rho_bar, the clip on importance ratios in the targets; None disables it.
       clip_pg_rho_threshold: the clip on importance ratios in the policy-gradient advantages;
         None disables it.
+      lambda_: the trace's decay, in [0, 1].
 
     Returns:
       A `VTraceReturns` whose tensors carry no gradient.
 
     Raises:
-      ValueError: if the ranks are inconsistent or a threshold is not positive.
+      ValueError: if the ranks are inconsistent, a threshold is not positive or lambda_ is
+        outside [0, 1].
     """
     log_rhos = tf.convert_to_tensor(log_rhos, dtype=tf.float32)
     discounts = tf.convert_to_tensor(discounts, dtype=tf.float32)
@@ -168,6 +176,8 @@ def from_importance_weights(
     bootstrap_value = tf.convert_to_tensor(bootstrap_value, dtype=tf.float32)
     _check_threshold("clip_rho_threshold", clip_rho_threshold)
     _check_threshold("clip_pg_rho_threshold", clip_pg_rho_threshold)
+    if not 0.0 <= lambda_ <= 1.0:
+        raise ValueError(f"lambda_ must be in [0, 1], got {lambda_}")
 
     rank = log_rhos.shape.rank
     if rank is not None and rank < 2:
@@ -186,7 +196,7 @@ def from_importance_weights(
 
     rhos = tf.exp(log_rhos)
     clipped_rhos = _clip(rhos, clip_rho_threshold)
-    cs = tf.minimum(1.0, rhos)
+    cs = lambda_ * tf.minimum(1.0, rhos)
     values_t_plus_1 = tf.concat([values[1:], bootstrap_value[tf.newaxis]], axis=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 

@@ -15,7 +15,7 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       which that mean first reached each of `thresholds`, and frames/s (the
                       learner's steady rate and the overall rate, start-up included).
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
-Stopped early (Ctrl-C), it reports on the frames trained so far; the run folder can be resumed
+Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the run folder can be resumed
 with `run_local.py --logdir=... --experiment=...`.
 """
 
@@ -26,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -90,14 +91,23 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
     ]
     print(f"[learning] {' '.join(argv[2:])}", flush=True)
     started = time.monotonic()
+    child = subprocess.Popen(argv, cwd=_ROOT)
+    # Ctrl-C reaches run_local.py too (same process group); SIGTERM is passed on to it. Either
+    # way run_local.py stops its processes and saves, and this waits for it, then reports.
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
     try:
-        completed = subprocess.run(argv, cwd=_ROOT, check=False)
-    except KeyboardInterrupt:  # run_local.py stops the run and saves; report what it learned
-        completed = subprocess.CompletedProcess(argv, _STOPPED)
-    if completed.returncode == _STOPPED:
+        while True:
+            try:
+                returncode = child.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if returncode == _STOPPED:
         print("[learning] stopped before the budget: reporting the frames trained", flush=True)
-    elif completed.returncode != 0:
-        raise SystemExit(f"[learning] training failed with exit status {completed.returncode}")
+    elif returncode != 0:
+        raise SystemExit(f"[learning] training failed with exit status {returncode}")
     return time.monotonic() - started
 
 

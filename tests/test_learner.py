@@ -86,7 +86,7 @@ def _reference_loss(steps, logits, values, config):
     and d(total)/d(logits[:-1]).
     """
     num_steps = len(steps.action) - 1
-    gamma = config.discounting
+    gamma, lam = config.discounting, config.vtrace_lambda
     log_pi = _log_softmax(logits.astype(np.float64))
     log_mu = _log_softmax(steps.policy_logits.astype(np.float64))
     pg_terms, baseline_terms, entropy_terms = [], [], []
@@ -102,7 +102,8 @@ def _reference_loss(steps, logits, values, config):
         vs[num_steps] = v[num_steps]  # the bootstrap
         for s in reversed(range(num_steps)):
             delta = min(1.0, rho[s]) * (reward[s + 1] + discount[s + 1] * v[s + 1] - v[s])
-            vs[s] = v[s] + delta + discount[s + 1] * min(1.0, rho[s]) * (vs[s + 1] - v[s + 1])
+            trace = lam * min(1.0, rho[s])
+            vs[s] = v[s] + delta + discount[s + 1] * trace * (vs[s + 1] - v[s + 1])
         for s in range(num_steps):
             advantage = min(1.0, rho[s]) * (reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s])
             pi = np.exp(log_pi[s, b])
@@ -136,8 +137,8 @@ class _FixedOutputAgent(networks.Agent):
         return networks.AgentOutput(self.logits, self.values), state
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_compute_loss_against_an_independent_reference(seed):
+@pytest.mark.parametrize("seed,vtrace_lambda", [(0, 1.0), (1, 1.0), (2, 1.0), (3, 0.8)])
+def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda):
     """Every term and the gradient reaching the logits, against `_reference_loss`.
 
     Fails if the policy gradient used the value targets instead of its own advantages, the
@@ -148,7 +149,9 @@ def test_compute_loss_against_an_independent_reference(seed):
     batch = _batch(rng, num_steps=6, batch_size=4)
     logits = rng.normal(size=(7, 4, 3)).astype(np.float32)
     values = rng.normal(size=(7, 4)).astype(np.float32)
-    config = LearnerConfig(baseline_cost=0.3, entropy_cost=0.05, discounting=0.9)
+    config = LearnerConfig(
+        baseline_cost=0.3, entropy_cost=0.05, discounting=0.9, vtrace_lambda=vtrace_lambda
+    )
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
         terms = learner.compute_loss(agent, batch, config)
@@ -237,6 +240,7 @@ def test_create_optimizer_slots_keeps_weights():
         ("batch_size", 0, "--batch_size=0: must be at least 1"),
         ("reward_clipping", "tanh", "--reward_clipping=tanh: must be one of"),
         ("discounting", 1.5, "--discounting=1.5"),
+        ("vtrace_lambda", -0.5, "--vtrace_lambda=-0.5: must be in [0, 1]"),
         ("epsilon", 0.0, "--epsilon=0.0"),
     ],
 )

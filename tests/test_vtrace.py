@@ -24,15 +24,17 @@ def _reference_vtrace(
     bootstrap_value,
     clip_rho_threshold=1.0,
     clip_pg_rho_threshold=1.0,
+    lambda_=1.0,
 ):
     """The definition in section 4.1 of the IMPALA paper, summed term by term (O(T^2)).
 
     v_s = V(x_s) + sum_{t=s}^{T-1} (prod_{i=s}^{t-1} gamma_i c_i) delta_t
-    delta_t = min(rho_bar, rho_t) (r_t + gamma_t V(x_{t+1}) - V(x_t)),  c_i = min(1, rho_i).
+    delta_t = min(rho_bar, rho_t) (r_t + gamma_t V(x_{t+1}) - V(x_t)),
+    c_i = lambda min(1, rho_i)  (remark 2).
     """
     rhos = np.exp(log_rhos.astype(np.float64))
     clipped = rhos if clip_rho_threshold is None else np.minimum(clip_rho_threshold, rhos)
-    cs = np.minimum(1.0, rhos)
+    cs = lambda_ * np.minimum(1.0, rhos)
     values_next = np.concatenate([values[1:], bootstrap_value[None]], axis=0)
     deltas = clipped * (rewards + discounts * values_next - values)
     num_steps = len(log_rhos)
@@ -68,9 +70,10 @@ def _random_inputs(rng, num_steps, batch_size, extra=()):
 
 @pytest.mark.parametrize("num_steps,batch_size", [(1, 1), (2, 3), (5, 2), (20, 8), (40, 1)])
 @pytest.mark.parametrize(
-    "clip_rho,clip_pg_rho", [(1.0, 1.0), (0.5, 2.0), (None, None), (3.7, None)]
+    "clip_rho,clip_pg_rho,lambda_",
+    [(1.0, 1.0, 1.0), (0.5, 2.0, 1.0), (None, None, 1.0), (3.7, None, 1.0), (1.0, 1.0, 0.9)],
 )
-def test_matches_reference(num_steps, batch_size, clip_rho, clip_pg_rho):
+def test_matches_reference(num_steps, batch_size, clip_rho, clip_pg_rho, lambda_):
     rng = np.random.default_rng(num_steps * 100 + batch_size)
     inputs = _random_inputs(rng, num_steps, batch_size)
     rhos = np.exp(inputs["log_rhos"])
@@ -79,12 +82,9 @@ def test_matches_reference(num_steps, batch_size, clip_rho, clip_pg_rho):
             "test must exercise both sides of clipping"
         )
 
-    out = vtrace.from_importance_weights(
-        **inputs, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho
-    )
-    vs, pg_advantages = _reference_vtrace(
-        **inputs, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho
-    )
+    clips = dict(clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, lambda_=lambda_)
+    out = vtrace.from_importance_weights(**inputs, **clips)
+    vs, pg_advantages = _reference_vtrace(**inputs, **clips)
     np.testing.assert_allclose(out.vs.numpy(), vs, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.pg_advantages.numpy(), pg_advantages, rtol=1e-5, atol=1e-5)
 
@@ -128,6 +128,24 @@ def test_on_policy_without_clipping_is_n_step_return():
     )
     expected_v0 = 1.0 + 0.9 * 2.0 + 0.81 * 3.0 + 0.729 * 10.0
     np.testing.assert_allclose(out.vs.numpy()[0, 0], expected_v0, rtol=1e-6)
+
+
+def test_lambda_zero_gives_one_step_targets():
+    # With lambda = 0 the trace stops after one step: v_s = V(x_s) + delta_s, whatever the rhos.
+    rng = np.random.default_rng(11)
+    inputs = _random_inputs(rng, num_steps=6, batch_size=3)
+    out = vtrace.from_importance_weights(**inputs, lambda_=0.0)
+    rhos = np.minimum(1.0, np.exp(inputs["log_rhos"]))
+    values_next = np.concatenate([inputs["values"][1:], inputs["bootstrap_value"][None]])
+    one_step = inputs["rewards"] + inputs["discounts"] * values_next - inputs["values"]
+    np.testing.assert_allclose(out.vs.numpy(), inputs["values"] + rhos * one_step, atol=1e-5)
+
+
+@pytest.mark.parametrize("lambda_", [-0.1, 1.5, float("nan")])
+def test_lambda_outside_unit_interval_raises(lambda_):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="lambda_ must be in"):
+        vtrace.from_importance_weights(**_random_inputs(rng, 2, 1), lambda_=lambda_)
 
 
 def test_episode_boundary_cuts_the_trace():
