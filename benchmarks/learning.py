@@ -15,8 +15,8 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       which that mean first reached each of `thresholds`, and frames/s (the
                       learner's steady rate and the overall rate, start-up included).
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
-Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the run folder can be resumed
-with `run_local.py --logdir=... --experiment=...`.
+Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the run folder can
+be resumed with `run_local.py --logdir=... --experiment=...`.
 """
 
 from __future__ import annotations
