@@ -7,6 +7,7 @@ check exactly what the learners received.
 import collections
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -18,10 +19,7 @@ from conftest import ROOT, processes_with, wait_until
 
 import catch
 import environments
-import learner
-import learner_loop
 import networks
-import transport
 from run_local import free_ports
 
 pytestmark = pytest.mark.slow
@@ -33,24 +31,6 @@ NUM_ENVS = 3
 
 def _counter(observation):
     return environments.decode_counter(observation, observation_rank=observation.ndim - 2)
-
-
-def _in_process_learner(port, batch_size):
-    """A learner's service and trainer in this process, set up like learner_loop does it."""
-    with environments.make_environment(environments.EnvConfig(COUNTER, num_envs=1)) as env:
-        agent = networks.make_agent("MLPAgent", env.num_actions)
-        networks.build_variables(agent, env.observation_shape, env.observation_dtype)
-        spec, identity = transport.describe(env, agent, UNROLL_LENGTH, COUNTER, 1)
-    service = transport.LearnerService(
-        f"localhost:{port}", spec, identity, list(agent.variables), 0, 1, queue_capacity=24
-    )
-    config = learner.LearnerConfig(
-        batch_size=batch_size,
-        unroll_length=UNROLL_LENGTH,
-        learning_rate=0.01,
-        total_environment_frames=10**9,
-    )
-    return agent, service, learner.Learner(agent, config)
 
 
 def _actor_flags(port, task, *extra):
@@ -66,39 +46,55 @@ def _actor_flags(port, task, *extra):
     )
 
 
-def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(processes):
+def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(processes, tmp_path):
+    """The learner's own loop (experiment.py's learner role, recording what it dequeues and
+    publishes) trains 40 steps on two actor processes' unrolls."""
     (port,) = free_ports(1)
-    agent, service, trainer = _in_process_learner(port, batch_size=6)
-    weights_by_version = {0: [v.numpy() for v in agent.variables]}
-    service.publish_weights(0)
+    batch_size, steps = 6, 40
+    record_path = str(tmp_path / "record.pkl")
+    learner_process = processes.start(
+        "learner",
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "tests.recording_learner",
+            record_path,
+            "--job_name=learner",
+            f"--learner_hosts=localhost:{port}",
+            f"--level_name={COUNTER}",
+            "--agent_name=MLPAgent",
+            f"--unroll_length={UNROLL_LENGTH}",
+            f"--batch_size={batch_size}",
+            "--learning_rate=0.01",  # weights that differ clearly from one version to the next
+            f"--total_environment_frames={steps * batch_size * UNROLL_LENGTH}",
+            f"--logdir={tmp_path / 'runs'}",
+        ],
+    )
     actors = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in range(2)]
-
-    received = []
-    for version in range(1, 41):
-        wait_until(lambda: service.queue_size >= 6, 60, "actors sent nothing")
-        queued = service.dequeue(6)
-        received.append((version - 1, queued))
-        trainer.step(learner_loop._to_batch(queued, agent), frames=0)
-        service.publish_weights(version)
-        weights_by_version[version] = [v.numpy() for v in agent.variables]
-    service.close(linger_secs=2.0)
+    assert processes.wait(learner_process, 120) == 0, processes.log(learner_process)
     for actor in actors:
         assert processes.wait(actor, 30) == 0, processes.log(actor)
         assert "learner finished" in processes.log(actor)
+    with open(record_path, "rb") as f:
+        record = pickle.load(f)
+    assert len(record["batches"]) == steps
+    assert sorted(record["published"]) == list(range(steps + 1))
 
+    with environments.make_environment(environments.EnvConfig(COUNTER, num_envs=1)) as env:
+        agent = networks.make_agent("MLPAgent", env.num_actions)
+        networks.build_variables(agent, env.observation_shape, env.observation_dtype)
     starts = collections.defaultdict(collections.Counter)
     ends = collections.defaultdict(collections.Counter)
     lags = []
-    for learner_version, queued in received:
-        counters = _counter(queued.steps.observation.numpy())  # [T + 1, B]
+    for learner_version, tasks, versions, batch_steps in record["batches"]:
+        counters = _counter(batch_steps.observation)  # [T + 1, B]
         np.testing.assert_array_equal(np.diff(counters, axis=0), 1)
-        tasks = queued.actor_task.numpy()
         for b, task in enumerate(tasks):
             starts[task][counters[0, b]] += 1
             ends[task][counters[-1, b]] += 1
-        versions = queued.weight_version.numpy()
         lags.extend(learner_version - versions)
-        _check_behaviour_logits(agent, queued, versions, weights_by_version)
+        _check_behaviour_logits(agent, batch_steps, versions, record["published"])
 
     assert set(starts) == {0, 1}, "both actors delivered"
     for task in starts:
@@ -107,31 +103,28 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
         for start, count in starts[task].items():
             assert count <= NUM_ENVS
             assert start == 0 or ends[task][start] >= count, (task, start)
-    assert max(v for _, q in received[-5:] for v in q.weight_version.numpy()) > 30
+    assert max(v for *_, versions, _ in record["batches"][-5:] for v in versions) > steps - 10
     assert np.mean(lags) < 5, f"policy lag {np.mean(lags)}"
 
 
-def _check_behaviour_logits(agent, queued, versions, weights_by_version):
+def _check_behaviour_logits(agent, steps, versions, weights_by_version):
     """The logits that chose steps 1..T are the network's under the version they are tagged
     with: the actor really acted with the learner's published weights."""
-    current = [v.numpy() for v in agent.variables]
     for b, version in enumerate(versions):
         for variable, value in zip(agent.variables, weights_by_version[version], strict=True):
             variable.assign(value)
         outputs, _ = agent.unroll(
             networks.AgentInput(
-                queued.steps.prev_action[:, b : b + 1],
-                queued.steps.reward[:, b : b + 1],
-                queued.steps.done[:, b : b + 1],
-                queued.steps.observation[:, b : b + 1],
+                steps.prev_action[:, b : b + 1],
+                steps.reward[:, b : b + 1],
+                steps.done[:, b : b + 1],
+                steps.observation[:, b : b + 1],
             ),
             (),
         )
         np.testing.assert_allclose(
-            outputs.policy_logits[1:, 0], queued.steps.policy_logits[1:, b], atol=1e-4
+            outputs.policy_logits[1:, 0], steps.policy_logits[1:, b], atol=1e-4
         )
-    for variable, value in zip(agent.variables, current, strict=True):
-        variable.assign(value)
 
 
 # Two learners with one actor each, on the counter environment.
