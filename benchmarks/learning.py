@@ -13,7 +13,9 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
   learning.json       the configuration and its flags, the machine, the date, the final mean
                       return over the last `--window` games, the best such mean, the frames at
                       which that mean first reached each of `thresholds`, and frames/s (the
-                      learner's steady rate and the overall rate, start-up included).
+                      learner's steady rate and the overall rate, start-up included), and
+                      the score of `--test_games` games played with the final checkpoint
+                      as `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the run folder can
 be resumed with `run_local.py --logdir=... --experiment=...`.
@@ -75,6 +77,12 @@ flags.DEFINE_float("frames", 0, "Frame budget (default: the configuration's).", 
 flags.DEFINE_string("out_dir", "", "Run folder and results (default: runs/bench-<config>-<time>).")
 flags.DEFINE_integer("window", 100, "Games in the mean return that is reported.", lower_bound=1)
 flags.DEFINE_multi_string("extra", [], "More run_local.py flags, e.g. --extra=--seed=1.")
+flags.DEFINE_integer(
+    "test_games",
+    10,
+    "Games the final checkpoint then plays as `experiment.py --mode=test` does (0: none).",
+    lower_bound=0,
+)
 
 
 def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -> float:
@@ -152,6 +160,26 @@ def results(
     }
 
 
+def test_checkpoint(run_dir: str, num_games: int) -> dict:
+    """Plays `num_games` with the run's latest checkpoint, as `--mode=test` does (sampled
+    policy, the training game's settings); the figures of that score."""
+    import evaluation  # TensorFlow and the games: only once training is over
+
+    result = evaluation.run(
+        evaluation.EvalConfig(checkpoint=run_dir, num_episodes=num_games, seed=12345),
+        report=lambda line: print(f"[test] {line}", flush=True),
+    )
+    return {
+        "checkpoint": result.checkpoint,
+        "policy": result.policy,
+        "games": len(result.games),
+        "mean_return": round(result.mean, 2),
+        "std": round(result.std, 2),
+        "min": result.min,
+        "max": result.max,
+    }
+
+
 def _frames(frames: float) -> str:
     return f"{frames / 1e6:.1f}M" if frames >= 1e6 else f"{frames / 1e3:.0f}k"
 
@@ -176,6 +204,8 @@ def main(argv: list[str]) -> int:
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
     curve = plot.load_curve(run_dir, FLAGS.config, FLAGS.window)
     figures = results(benchmark, curve, run_dir, wall_secs, sys.argv)
+    if FLAGS.test_games:
+        figures["test"] = test_checkpoint(run_dir, FLAGS.test_games)
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
     run_folder.write_json(os.path.join(run_dir, "learning.json"), figures)
@@ -190,6 +220,12 @@ def main(argv: list[str]) -> int:
         f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
     )
+    if FLAGS.test_games:
+        test = figures["test"]
+        print(
+            f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
+            f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
+        )
     print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json")
     return 0
 

@@ -9,7 +9,9 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT
+from helpers import save_checkpoints
 
+import evaluation
 import plot
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -62,6 +64,20 @@ def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     assert figures["best_mean_return"] == figures["final_mean_return"] == 0.17
     assert figures["frames_to_reach"] == {"0": 3000}
     assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
+
+
+def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
+    run_dir = str(tmp_path / "run")
+    save_checkpoints(run_dir)  # CartPole: each game's score is its length
+    test = learning.test_checkpoint(run_dir, 3)
+    assert test["checkpoint"] == os.path.join(run_dir, "checkpoints", "ckpt-7")
+    assert (test["games"], test["policy"]) == (3, "sample")
+    expected = evaluation.run(
+        evaluation.EvalConfig(checkpoint=run_dir, num_episodes=3, seed=12345),
+        report=lambda line: None,
+    )
+    assert test["mean_return"] == round(expected.mean, 2) and test["max"] == expected.max
+    assert test["min"] >= 1 and test["std"] >= 0
 
 
 def _run(*flags, script="learning.py"):
