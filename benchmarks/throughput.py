@@ -1,12 +1,17 @@
 """Throughput of each stage and of the whole system, measured in one run on this machine.
 
-  python benchmarks/throughput.py                    # Pong, shallow net, the make-train set-up
+  python benchmarks/throughput.py                    # the make-train set-up (Pong)
   python benchmarks/throughput.py --e2e_frames=1e6   # a longer end-to-end measurement
+  python benchmarks/throughput.py --batch_reuse=1    # any experiment.py flag changes the set-up
+
+The set-up is experiment.py's flags: their defaults (what `make train` runs) and any given here,
+which the end-to-end run is also given.
 
 Prints, in agent steps/s and emulator frames/s:
   env        one actor's vector of environments stepped with random actions;
   inference  the policy on one actor's batch of observations;
-  train      the learner's optimisation step on a [T + 1, B] batch;
+  train      the learner on a [T + 1, B] batch: its --batch_reuse optimisation steps, in
+             agent steps of new experience consumed per second;
   ceiling    what a pipeline doing the three one after another on this machine could reach,
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
@@ -31,17 +36,14 @@ import tensorflow as tf
 from absl import app, flags
 
 import environments
+import experiment  # its flags: the set-up measured is the one make train runs
+import launcher
 import learner
 import networks
 from actor import Steps
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "Environment.")
-flags.DEFINE_string("agent_name", "ShallowConvNetAgent", "Network.")
-flags.DEFINE_integer("num_envs_per_actor", 16, "Environments per actor (as in make train).")
 flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
-flags.DEFINE_integer("batch_size", 32, "Learner batch.")
-flags.DEFINE_integer("unroll_length", 20, "Unroll length.")
 flags.DEFINE_float("seconds", 10.0, "How long each stage is measured.")
 flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
 
@@ -93,7 +95,8 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> flo
 
 
 def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: float) -> float:
-    """Agent steps/s consumed by the optimisation step (T x B per step)."""
+    """Agent steps/s of new experience the learner consumes: T x B per `learn` call, which
+    takes `config.batch_reuse` optimisation steps."""
     num_steps, batch = config.unroll_length + 1, config.batch_size
     rng = np.random.default_rng(0)
     observation = rng.integers(0, 255, (num_steps, batch, *shape)).astype(dtype)
@@ -109,7 +112,7 @@ def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: f
         ),
     )
     trainer = learner.Learner(agent, config)
-    return _timed(lambda: trainer.step(data, frames=0), seconds) * config.unroll_length * batch
+    return _timed(lambda: trainer.learn(data, frames=0), seconds) * config.unroll_length * batch
 
 
 def measure_end_to_end(frames: float) -> dict:
@@ -119,12 +122,8 @@ def measure_end_to_end(frames: float) -> dict:
             sys.executable,
             "run_local.py",
             f"--logdir={runs}",
-            f"--level_name={FLAGS.level_name}",
-            f"--agent_name={FLAGS.agent_name}",
             f"--num_actors={FLAGS.num_actors}",
-            f"--num_envs_per_actor={FLAGS.num_envs_per_actor}",
-            f"--batch_size={FLAGS.batch_size}",
-            f"--unroll_length={FLAGS.unroll_length}",
+            *launcher.forwarded_flags(experiment.flag_values(only_given=True)),
             f"--total_environment_frames={frames}",
         ]
         subprocess.run(argv, cwd=_ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -134,11 +133,17 @@ def measure_end_to_end(frames: float) -> dict:
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = experiment.learner_config_from_flags()
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, {os.cpu_count()} CPUs, "
-        f"{FLAGS.num_envs_per_actor} envs per actor, batch {FLAGS.batch_size} x "
-        f"unroll {FLAGS.unroll_length}"
+        f"{FLAGS.num_envs_per_actor} envs per actor, batch {config.batch_size} x "
+        f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} "
+        f"optimisation step(s) per batch"
     )
     env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
         FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.seconds
@@ -146,7 +151,6 @@ def main(argv):
     agent = networks.make_agent(FLAGS.agent_name, num_actions)
     networks.build_variables(agent, shape, dtype)
     inference_rate = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
-    config = learner.LearnerConfig(batch_size=FLAGS.batch_size, unroll_length=FLAGS.unroll_length)
     train_rate = measure_train(agent, shape, dtype, config, FLAGS.seconds)
     ceiling = 1.0 / (1.0 / env_rate + 1.0 / inference_rate + 1.0 / train_rate)
     summary = measure_end_to_end(FLAGS.e2e_frames)

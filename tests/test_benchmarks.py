@@ -122,3 +122,17 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     (error,) = completed.stderr.strip().splitlines()[-1:]
     assert error.startswith(f"probe_network.py: error: cannot restore {tmp_path / 'ckpt-1'}: ")
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--batch_reuse=0", "--batch_reuse=0: must be at least 1"),
+        ("--optimizer=sgd", "flag --optimizer=sgd: value should be one of"),
+    ],
+)
+def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag, message):
+    completed = _run(flag, script="throughput.py")
+    assert completed.returncode != 0
+    assert message in completed.stderr
+    assert "Traceback" not in completed.stderr
