@@ -141,6 +141,13 @@ flags.DEFINE_enum(
 flags.DEFINE_float("decay", 0.99, "RMSProp decay; Adam's second-moment decay (beta2).")
 flags.DEFINE_float("momentum", 0.0, "RMSProp momentum (Adam's beta1 is 0.9).")
 flags.DEFINE_float("epsilon", 0.01, "The optimiser's epsilon.")
+flags.DEFINE_enum(
+    "preset",
+    "",
+    ["", "paper"],
+    "A named set of hyperparameters for the flags not given explicitly. paper: the IMPALA "
+    "paper's Atari values (RMSProp, batch 32, one step per batch, lambda 1).",
+)
 flags.DEFINE_string(
     "checkpoint",
     "",
@@ -161,6 +168,34 @@ flags.DEFINE_string(
     "",
     "--mode=test --record_video: where the MP4s go (default: <run>/videos/<checkpoint name>).",
 )
+
+
+# The IMPALA paper's Atari hyperparameters (Espeholt et al. 2018, appendix D.3 and the public
+# scalable_agent code), for the flags that this project's defaults set otherwise.
+PRESETS: dict[str, dict[str, object]] = {
+    "paper": {
+        "optimizer": "rmsprop",
+        "learning_rate": 0.0006,
+        "decay": 0.99,
+        "momentum": 0.0,
+        "epsilon": 0.01,
+        "batch_size": 32,
+        "unroll_length": 20,
+        "batch_reuse": 1,
+        "vtrace_lambda": 1.0,
+        "discounting": 0.99,
+        "entropy_cost": 0.01,
+        "baseline_cost": 0.5,
+        "gradients_clipping": 40.0,
+    },
+}
+
+
+def apply_preset() -> None:
+    """Gives the flags of `--preset` their preset values, unless given on the command line."""
+    for name, value in PRESETS.get(FLAGS.preset, {}).items():
+        if not FLAGS[name].present:
+            FLAGS[name].value = value
 
 
 def learner_config_from_flags() -> learner.LearnerConfig:
@@ -318,6 +353,7 @@ def main(argv: list[str]) -> int:
     # sharding times and the like) through absl's logger: those are not for users.
     logging.getLogger("absl").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
+    apply_preset()
     try:
         code = run_test() if FLAGS.mode == "test" else ROLES[FLAGS.job_name]()
     except ValueError as error:

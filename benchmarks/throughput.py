@@ -135,6 +135,7 @@ def measure_end_to_end(frames: float) -> dict:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    experiment.apply_preset()
     try:
         config = experiment.learner_config_from_flags()
     except ValueError as error:
