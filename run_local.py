@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import dataclasses
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -47,16 +48,38 @@ class _Process:
     reported: bool = False
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports free on this machine right now (the OS picks them)."""
-    sockets = [socket.socket() for _ in range(count)]
+def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
+    """`count` distinct ports that nothing listens on right now, for servers started next.
+
+    Taken below the kernel's ephemeral range: a port the OS handed out for `bind(0)` and freed
+    again can be given to the next outgoing connection (an actor's, say) before the server
+    binds it, whereas a port outside that range is only taken by someone choosing it.
+    """
+    rng = rng or random.Random()
+    low, high = _ephemeral_port_range()
+    candidates = range(10_000, low) if low > 11_000 else range(high + 1, 65_536)
+    ports: list[int] = []
+    for port in rng.sample(candidates, len(candidates)):
+        if len(ports) == count:
+            break
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    if len(ports) < count:
+        raise OSError(f"found only {len(ports)} free ports of {count} needed")
+    return ports
+
+
+def _ephemeral_port_range() -> tuple[int, int]:
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(field) for field in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
 
 
 def plan(

@@ -1,6 +1,8 @@
 """Run planning: the exact command lines of learners, actors and mpirun."""
 
+import random
 import shlex
+import socket
 
 import launcher
 import run_local
@@ -66,7 +68,7 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     assert learner[2].endswith("experiment.py")
     hosts = learner[4].removeprefix("--learner_hosts=")
     port = int(hosts.removeprefix("localhost:"))
-    assert 0 < port < 65536
+    assert 10_000 <= port < run_local._ephemeral_port_range()[0]
     assert [a[4] for a in actors] == ["--task=0", "--task=1"]
     assert all(a[5] == f"--learner_hosts={hosts}" and a[-1] == "--seed=1" for a in actors)
 
@@ -75,3 +77,30 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     learner_hosts = next(a for a in learner if a.startswith("--learner_hosts="))
     ports = {h.split(":")[1] for h in learner_hosts.split("=")[1].split(",")}
     assert len(ports) == 2  # each learner its own port
+
+
+class _ListenerFirst(random.Random):
+    """Shuffles as random.Random does, but puts `first` at the head: the port tried first."""
+
+    def __init__(self, first):
+        super().__init__(0)
+        self.first = first
+
+    def sample(self, population, k):
+        rest = [p for p in super().sample(population, k) if p != self.first]
+        return [self.first, *rest]
+
+
+def test_free_ports_are_distinct_bindable_outside_the_ephemeral_range_and_skip_listeners():
+    low, high = run_local._ephemeral_port_range()
+    with socket.socket() as listener:
+        listener.bind(("0.0.0.0", 0))
+        listener.listen()
+        busy = listener.getsockname()[1]
+        # A busy port tried first is skipped (the listener's port, in whatever range it is).
+        ports = run_local.free_ports(5, rng=_ListenerFirst(busy))
+    assert busy not in ports and len(set(ports)) == 5
+    assert all(10_000 <= p < low or high < p < 65_536 for p in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
