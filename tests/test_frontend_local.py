@@ -13,6 +13,8 @@ from conftest import (
     wait_until,
 )
 
+from run_local import free_ports
+
 # The example from the original project's README, unchanged but for the CSV path.
 ORIGINAL_EXAMPLE = [
     "--workers_csv_path=sandbox/local_workers_example.csv",
@@ -57,9 +59,15 @@ def test_bad_csv_is_one_line_naming_file_line_and_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_local_start_status_stop(run_name):
+def test_local_start_status_stop(run_name, tmp_path):
+    # The sandbox example, with a port free on this machine instead of its fixed 8001.
+    with open(os.path.join(ROOT, "sandbox", "local_workers_example.csv")) as f:
+        example = f.read()
+    assert ",8001," in example
+    workers_csv = tmp_path / "local_workers.csv"
+    workers_csv.write_text(example.replace(",8001,", f",{free_ports(1)[0]},"))
     flags = [
-        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--workers_csv_path={workers_csv}",
         f"--run_name={run_name}",
         *SMALL_RUN_FLAGS,
     ]
