@@ -201,8 +201,11 @@ def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
     steps, seconds = scalars["time/training_secs"]
     assert np.all(np.diff(seconds[np.argsort(steps, kind="stable")]) >= 0)
     assert seconds.max() <= finished["training_secs"]
-    fill = scalars["learner_0/queue_fill"][1]
-    assert np.all((fill >= 0) & (fill <= 1))
+    # The fill is trajectories queued / capacity (4 x the batch of 4 by default): a whole number
+    # of trajectories out of 16, not a count, a byte size or a rate.
+    queued = scalars["learner_0/queue_fill"][1] * 16
+    np.testing.assert_allclose(queued, np.round(queued), atol=1e-4)
+    assert np.all((queued >= 0) & (queued <= 16))
     learning_rates = scalars["optimizer/learning_rate"][1]
     assert np.all(np.diff(learning_rates) <= 0) and learning_rates[0] <= np.float32(
         6e-4
