@@ -3,12 +3,13 @@
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, processes_with, read_text, wait_until
 from helpers import save_checkpoints
 
 import evaluation
@@ -136,3 +137,30 @@ def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag
     assert completed.returncode != 0
     assert message in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_training_saves_and_still_reports(processes, tmp_path):
+    """SIGTERM (as a job scheduler sends) reaches the run: it saves and stops its processes,
+    and the benchmark reports on the frames trained, with no process left behind."""
+    out_dir = tmp_path / "catch"
+    bench = processes.start(
+        "learning",
+        [
+            sys.executable,
+            "-u",
+            os.path.join("benchmarks", "learning.py"),
+            "--config=catch",
+            "--frames=1e7",
+            f"--out_dir={out_dir}",
+            "--test_games=2",
+        ],
+    )
+    learners_log = out_dir / "learners.log"
+    wait_until(lambda: "  step " in read_text(learners_log), 120, lambda: processes.log(bench))
+    bench.send_signal(signal.SIGTERM)
+    assert processes.wait(bench, 120) == 0, processes.log(bench)
+    figures = json.loads((out_dir / "learning.json").read_text())
+    assert figures["stopped_early"] and 0 < figures["frames"] < 1e7
+    assert figures["test"]["games"] == 2
+    assert processes_with(str(out_dir)) == []
