@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import os
 import random
 import signal
@@ -51,26 +52,48 @@ class _Process:
 def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
     """`count` distinct ports that nothing listens on right now, for servers started next.
 
-    Taken below the kernel's ephemeral range: a port the OS handed out for `bind(0)` and freed
-    again can be given to the next outgoing connection (an actor's, say) before the server
-    binds it, whereas a port outside that range is only taken by someone choosing it.
+    Taken below the kernel's ephemeral range when there is room: a port the OS handed out for
+    `bind(0)` and freed again can be given to the next outgoing connection (an actor's, say)
+    before the server binds it, whereas a port outside that range is only taken by someone
+    choosing it. Where the ephemeral range covers almost everything, the OS chooses.
+
+    Raises:
+      OSError: if fewer than `count` ports are free.
     """
     rng = rng or random.Random()
     low, high = _ephemeral_port_range()
-    candidates = range(10_000, low) if low > 11_000 else range(high + 1, 65_536)
+    candidates = [*range(10_000, low), *range(high + 1, 65_536)]
     ports: list[int] = []
-    for port in rng.sample(candidates, len(candidates)):
-        if len(ports) == count:
-            break
+    if len(candidates) >= 100 * count:
+        for port in rng.sample(candidates, len(candidates)):
+            if len(ports) == count:
+                break
+            if _bindable(port):
+                ports.append(port)
+    while len(ports) < count:
         with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+            s.bind(("0.0.0.0", 0))
+            port = s.getsockname()[1]
+        if port in ports:
+            continue
         ports.append(port)
-    if len(ports) < count:
-        raise OSError(f"found only {len(ports)} free ports of {count} needed")
     return ports
+
+
+def _bindable(port: int) -> bool:
+    """Nothing listens on `port`, on any IPv4 or IPv6 address of this machine."""
+    families = [(socket.AF_INET, "0.0.0.0")]
+    if socket.has_ipv6:
+        families.append((socket.AF_INET6, "::"))
+    for family, address in families:
+        try:
+            with socket.socket(family) as s:
+                s.bind((address, port))
+        except OSError as error:
+            if family == socket.AF_INET6 and error.errno == errno.EADDRNOTAVAIL:
+                continue  # no IPv6 on this machine
+            return False
+    return True
 
 
 def _ephemeral_port_range() -> tuple[int, int]:
@@ -193,6 +216,13 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
     saved = run_folder.read_flags(run_dir)
     if saved is None:
         return given, num_learners, num_actors
+    if "preset" in given and given["preset"] != saved.get("preset", ""):
+        # The saved values of the old preset would be forwarded as given and beat the new one.
+        raise ValueError(
+            f"--preset={given['preset']}: {run_dir} was started with "
+            f"--preset={saved.get('preset', '')}; resume it without --preset (its flags are "
+            f"kept), or start a new run"
+        )
     if not FLAGS["num_learners"].present:
         num_learners = len(saved.get("learner_hosts") or [None])
     if not FLAGS["num_actors"].present:
@@ -217,6 +247,10 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _already_stopping(signum, frame):
+    print("[run_local] already stopping: the learners are saving", flush=True)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -234,17 +268,21 @@ def main(argv: list[str]) -> int:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     os.makedirs(run_dir, exist_ok=True)
-    learner_argv, actor_argvs = plan(
-        num_learners,
-        num_actors,
-        [
-            *launcher.forwarded_flags(given),
-            f"--logdir={os.path.abspath(FLAGS.logdir)}",
-            f"--experiment={experiment_name}",
-        ],
-        sys.executable,
-        as_root=os.geteuid() == 0,
-    )
+    try:
+        learner_argv, actor_argvs = plan(
+            num_learners,
+            num_actors,
+            [
+                *launcher.forwarded_flags(given),
+                f"--logdir={os.path.abspath(FLAGS.logdir)}",
+                f"--experiment={experiment_name}",
+            ],
+            sys.executable,
+            as_root=os.geteuid() == 0,
+        )
+    except OSError as error:
+        print(f"run_local.py: error: no free port for the learners: {error}", file=sys.stderr)
+        return 1
     print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
@@ -257,6 +295,10 @@ def main(argv: list[str]) -> int:
     try:
         return _supervise(learner, actors, FLAGS.stop_timeout_secs)
     except KeyboardInterrupt:
+        # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
+        # must not cut the stop short: the learners are saving.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _already_stopping)
         print("\n[run_local] stopping every process of the run...")
         _stop([learner, *actors], FLAGS.stop_timeout_secs)
         print("[run_local] stopped")

@@ -99,11 +99,20 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
     ]
     print(f"[learning] {' '.join(argv[2:])}", flush=True)
     started = time.monotonic()
-    child = subprocess.Popen(argv, cwd=_ROOT)
-    # Ctrl-C reaches run_local.py too (same process group); SIGTERM is passed on to it. Either
-    # way run_local.py stops its processes and saves, and this waits for it, then reports.
-    previous = signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+    # Ctrl-C reaches run_local.py too (same process group); SIGTERM and SIGHUP are passed on to
+    # it, once. Either way run_local.py stops its processes and saves; this waits, then reports.
+    child: subprocess.Popen | None = None
+    stopping = False
+
+    def stop(signum, frame):
+        nonlocal stopping
+        if child is not None and not stopping:
+            stopping = True
+            child.send_signal(signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        child = subprocess.Popen(argv, cwd=_ROOT)
         while True:
             try:
                 returncode = child.wait()
@@ -111,8 +120,10 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
             except KeyboardInterrupt:
                 continue
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    if returncode == _STOPPED:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    # 130: run_local.py stopped the run and saved; killed by a signal itself, it could not.
+    if returncode == _STOPPED or (returncode < 0 and stopping):
         print("[learning] stopped before the budget: reporting the frames trained", flush=True)
     elif returncode != 0:
         raise SystemExit(f"[learning] training failed with exit status {returncode}")
@@ -161,23 +172,27 @@ def results(
 
 
 def test_checkpoint(run_dir: str, num_games: int) -> dict:
-    """Plays `num_games` with the run's latest checkpoint, as `--mode=test` does (sampled
-    policy, the training game's settings); the figures of that score."""
+    """Plays `num_games` with the run's latest checkpoint as `experiment.py --mode=test
+    --checkpoint=<run_dir> --test_num_episodes=<num_games>` does (its defaults: sampled policy,
+    seed 0, the training game's settings); the figures of that score."""
     import evaluation  # TensorFlow and the games: only once training is over
 
-    result = evaluation.run(
-        evaluation.EvalConfig(checkpoint=run_dir, num_episodes=num_games, seed=12345),
-        report=lambda line: print(f"[test] {line}", flush=True),
-    )
+    config = evaluation.EvalConfig(checkpoint=run_dir, num_episodes=num_games)
+    result = evaluation.run(config, report=lambda line: print(f"[test] {line}", flush=True))
     return {
         "checkpoint": result.checkpoint,
         "policy": result.policy,
+        "seed": config.seed,
         "games": len(result.games),
         "mean_return": round(result.mean, 2),
         "std": round(result.std, 2),
         "min": result.min,
         "max": result.max,
     }
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _frames(frames: float) -> str:
@@ -202,13 +217,17 @@ def main(argv: list[str]) -> int:
     except OSError as error:
         raise app.UsageError(f"--out_dir={run_dir}: {error.strerror}") from None
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
-    curve = plot.load_curve(run_dir, FLAGS.config, FLAGS.window)
+    if not os.path.exists(os.path.join(run_dir, "learner_0.json")):
+        raise SystemExit(f"[learning] {run_dir}: the learner stopped before writing its summary")
+    try:
+        curve = plot.load_curve(run_dir, FLAGS.config, FLAGS.window)
+    except plot.PlotError as error:
+        raise SystemExit(f"[learning] nothing to report: {error}") from None
     figures = results(benchmark, curve, run_dir, wall_secs, sys.argv)
-    if FLAGS.test_games:
-        figures["test"] = test_checkpoint(run_dir, FLAGS.test_games)
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
-    run_folder.write_json(os.path.join(run_dir, "learning.json"), figures)
+    json_path = os.path.join(run_dir, "learning.json")
+    run_folder.write_json(json_path, figures)
     reached = ", ".join(
         f"{threshold} at {'-' if at is None else _frames(at)}"
         for threshold, at in figures["frames_to_reach"].items()
@@ -221,11 +240,21 @@ def main(argv: list[str]) -> int:
         f"{figures['wall_minutes']} min in all"
     )
     if FLAGS.test_games:
-        test = figures["test"]
-        print(
-            f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
-            f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
-        )
+        # The figures above are saved already: a stop or an error here loses only the games.
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            figures["test"] = test_checkpoint(run_dir, FLAGS.test_games)
+        except KeyboardInterrupt:
+            print("[learning] test games stopped: learning.json has no test score")
+        except ValueError as error:
+            print(f"[learning] test games failed: {error}")
+        else:
+            run_folder.write_json(json_path, figures)
+            test = figures["test"]
+            print(
+                f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
+                f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
+            )
     print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json")
     return 0
 

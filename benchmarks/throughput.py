@@ -61,9 +61,11 @@ def _timed(step, seconds: float, warmup: int = 3) -> float:
     return calls / (time.perf_counter() - start)
 
 
-def measure_env(level: str, num_envs: int, seconds: float):
+def measure_env(level: str, num_envs: int, num_action_repeats: int, seconds: float):
     """Agent steps/s of one actor's environments with random actions, and their specs."""
-    config = environments.EnvConfig(level_name=level, num_envs=num_envs)
+    config = environments.EnvConfig(
+        level_name=level, num_envs=num_envs, num_action_repeats=num_action_repeats
+    )
     with environments.make_environment(config) as env:
         env.reset()
         rng = np.random.default_rng(0)
@@ -135,6 +137,8 @@ def measure_end_to_end(frames: float) -> dict:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS["total_environment_frames"].present:
+        raise app.UsageError("--total_environment_frames: the end-to-end budget is --e2e_frames")
     experiment.apply_preset()
     try:
         config = experiment.learner_config_from_flags()
@@ -147,7 +151,7 @@ def main(argv):
         f"optimisation step(s) per batch"
     )
     env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
-        FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.seconds
+        FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.num_action_repeats, FLAGS.seconds
     )
     agent = networks.make_agent(FLAGS.agent_name, num_actions)
     networks.build_variables(agent, shape, dtype)

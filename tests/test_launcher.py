@@ -68,7 +68,8 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     assert learner[2].endswith("experiment.py")
     hosts = learner[4].removeprefix("--learner_hosts=")
     port = int(hosts.removeprefix("localhost:"))
-    assert 10_000 <= port < run_local._ephemeral_port_range()[0]
+    low, high = run_local._ephemeral_port_range()
+    assert 10_000 <= port < low or high < port < 65_536
     assert [a[4] for a in actors] == ["--task=0", "--task=1"]
     assert all(a[5] == f"--learner_hosts={hosts}" and a[-1] == "--seed=1" for a in actors)
 
@@ -104,3 +105,11 @@ def test_free_ports_are_distinct_bindable_outside_the_ephemeral_range_and_skip_l
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_fall_back_to_the_os_when_the_ephemeral_range_covers_everything(
+    monkeypatch,
+):
+    monkeypatch.setattr(run_local, "_ephemeral_port_range", lambda: (1024, 65535))
+    ports = run_local.free_ports(3)  # no candidates of its own: without a fallback, none
+    assert len(set(ports)) == 3 and all(run_local._bindable(p) for p in ports)

@@ -9,27 +9,48 @@ import learner
 FLAGS = experiment.FLAGS
 
 
+# Values unlike every default, so that a preset that is not applied shows.
+_TEST_PRESET = {"optimizer": "adam", "epsilon": 1e-8, "batch_reuse": 3, "batch_size": 7}
+
+
+@pytest.fixture
+def test_preset(monkeypatch):
+    monkeypatch.setitem(experiment.PRESETS, "paper", _TEST_PRESET)
+
+
 def _config_from(*argv):
     with flagsaver.flagsaver():
         FLAGS.unparse_flags()
         FLAGS(["experiment.py", *argv])
         experiment.apply_preset()
-        return experiment.learner_config_from_flags(), experiment.flag_values()
+        return (
+            experiment.learner_config_from_flags(),
+            experiment.flag_values(),
+            experiment.flag_values(only_given=True),
+        )
 
 
-def test_paper_preset_gives_the_papers_values_and_given_flags_win():
-    config, values = _config_from("--preset=paper", "--batch_size=8")
-    paper = experiment.PRESETS["paper"]
-    assert config.optimizer == "rmsprop" and config.epsilon == paper["epsilon"] == 0.01
-    assert config.batch_reuse == 1 and config.vtrace_lambda == 1.0
-    assert config.batch_size == 8  # given on the command line
+def test_a_preset_sets_the_flags_not_given_and_only_given_flags_are_forwarded(test_preset):
+    config, values, given = _config_from("--preset=paper", "--batch_size=8")
+    assert (config.optimizer, config.epsilon, config.batch_reuse) == ("adam", 1e-8, 3)
+    assert config.batch_size == 8  # given on the command line: it wins
     # What a run folder's flags.json records: the values used, the preset among them.
-    assert values["preset"] == "paper" and values["decay"] == 0.99 and values["batch_size"] == 8
+    assert values["preset"] == "paper" and values["batch_reuse"] == 3
+    # What launchers forward: the preset itself, which every process applies again.
+    assert given == {"preset": "paper", "batch_size": 8}
+    assert not FLAGS["batch_reuse"].present
+
+
+def test_the_paper_preset_holds_the_papers_values():
+    paper = experiment.PRESETS["paper"]
+    assert (paper["optimizer"], paper["learning_rate"], paper["epsilon"]) == ("rmsprop", 6e-4, 0.01)
+    assert (paper["batch_size"], paper["unroll_length"], paper["batch_reuse"]) == (32, 20, 1)
+    assert (paper["vtrace_lambda"], paper["gradients_clipping"]) == (1.0, 40.0)
 
 
 def test_without_a_preset_the_flag_defaults_apply():
-    config, values = _config_from()
-    assert values["preset"] == ""
+    config, values, given = _config_from()
+    assert values["preset"] == "" and given == {}
     for name, value in values.items():
         assert value == FLAGS[name].default, name
     assert config.batch_size == FLAGS["batch_size"].default

@@ -2,8 +2,11 @@
 
 import datetime
 import json
+import subprocess
+import sys
 
 import pytest
+from conftest import ROOT
 
 import run_folder
 from run_local import free_ports
@@ -62,3 +65,25 @@ def test_a_start_that_fails_leaves_the_runs_saved_flags_alone(processes, tmp_pat
     assert processes.wait(learner, 120) == 2
     assert "'PongNoFrameskip-v5' is not a registered Gymnasium id" in processes.log(learner)
     assert run_folder.read_flags(str(tmp_path / "run")) == {"level_name": "PongNoFrameskip-v4"}
+
+
+def test_resuming_with_another_preset_is_refused_in_one_line(tmp_path):
+    run_folder.write_flags(str(tmp_path / "run"), {"preset": "", "batch_size": 16})
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "run_local.py",
+            f"--logdir={tmp_path}",
+            "--experiment=run",
+            "--preset=paper",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        f"run_local.py: error: --preset=paper: {tmp_path / 'run'} was started with --preset=; "
+        "resume it without --preset (its flags are kept), or start a new run"
+    )
