@@ -117,6 +117,13 @@ flags.DEFINE_float(
     "V-trace's trace decay in [0, 1], like GAE's lambda: lower bootstraps sooner, with less "
     "variance and more bias.",
 )
+flags.DEFINE_bool(
+    "normalize_advantages",
+    False,
+    "Scale each batch's policy-gradient advantages to mean 0 and standard deviation 1 (as PPO "
+    "does), so that the policy term's weight against the baseline and entropy terms does not "
+    "depend on the scale of the returns.",
+)
 flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
 flags.DEFINE_enum(
@@ -184,6 +191,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "unroll_length": 20,
         "batch_reuse": 1,
         "vtrace_lambda": 1.0,
+        "normalize_advantages": False,
         "discounting": 0.99,
         "entropy_cost": 0.01,
         "baseline_cost": 0.5,
@@ -206,6 +214,7 @@ def learner_config_from_flags() -> learner.LearnerConfig:
         unroll_length=FLAGS.unroll_length,
         discounting=FLAGS.discounting,
         vtrace_lambda=FLAGS.vtrace_lambda,
+        normalize_advantages=FLAGS.normalize_advantages,
         baseline_cost=FLAGS.baseline_cost,
         entropy_cost=FLAGS.entropy_cost,
         reward_clipping=FLAGS.reward_clipping,

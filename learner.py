@@ -31,6 +31,7 @@ class LearnerConfig:
     unroll_length: int = 20
     discounting: float = 0.99
     vtrace_lambda: float = 1.0  # V-trace's trace decay (the paper's remark 2)
+    normalize_advantages: bool = False  # policy-gradient advantages to mean 0, std 1 per batch
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clipping: str = "abs_one"
@@ -186,9 +187,11 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
         bootstrap_value=bootstrap_value,
         lambda_=config.vtrace_lambda,
     )
-    policy_gradient = compute_policy_gradient_loss(
-        target_logits, actions, vtrace_returns.pg_advantages
-    )
+    advantages = vtrace_returns.pg_advantages
+    if config.normalize_advantages:
+        mean, variance = tf.nn.moments(advantages, axes=list(range(advantages.shape.rank)))
+        advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
+    policy_gradient = compute_policy_gradient_loss(target_logits, actions, advantages)
     baseline = config.baseline_cost * compute_baseline_loss(vtrace_returns.vs - values)
     entropy = config.entropy_cost * compute_entropy_loss(target_logits)
     return LossTerms(

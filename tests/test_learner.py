@@ -92,6 +92,7 @@ def _reference_loss(steps, logits, values, config):
     pg_terms, baseline_terms, entropy_terms = [], [], []
     grad_logits = np.zeros_like(log_pi[:-1])
     times = np.arange(num_steps + 1)
+    advantages = np.zeros(grad_logits.shape[:2])
     for b in range(steps.action.shape[1]):
         a = steps.action[:, b]
         rho = np.exp(log_pi[times, b, a] - log_mu[times, b, a])
@@ -105,14 +106,21 @@ def _reference_loss(steps, logits, values, config):
             trace = lam * min(1.0, rho[s])
             vs[s] = v[s] + delta + discount[s + 1] * trace * (vs[s + 1] - v[s + 1])
         for s in range(num_steps):
-            advantage = min(1.0, rho[s]) * (reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s])
-            pi = np.exp(log_pi[s, b])
-            pg_terms.append(-log_pi[s, b, a[s]] * advantage)
+            advantages[s, b] = min(1.0, rho[s]) * (
+                reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s]
+            )
             baseline_terms.append(0.5 * (vs[s] - v[s]) ** 2)
+    if config.normalize_advantages:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    for b in range(steps.action.shape[1]):
+        a = steps.action[:, b]
+        for s in range(num_steps):
+            pi = np.exp(log_pi[s, b])
+            pg_terms.append(-log_pi[s, b, a[s]] * advantages[s, b])
             entropy = -np.sum(pi * log_pi[s, b])
             entropy_terms.append(-entropy)
             # d(-log pi(a))/dlogits = pi - onehot(a); d(-H)/dlogits = pi * (log pi + H).
-            grad_logits[s, b] = advantage * (pi - np.eye(len(pi))[a[s]])
+            grad_logits[s, b] = advantages[s, b] * (pi - np.eye(len(pi))[a[s]])
             grad_logits[s, b] += config.entropy_cost * pi * (log_pi[s, b] + entropy)
     return (
         np.sum(pg_terms),
@@ -137,8 +145,11 @@ class _FixedOutputAgent(networks.Agent):
         return networks.AgentOutput(self.logits, self.values), state
 
 
-@pytest.mark.parametrize("seed,vtrace_lambda", [(0, 1.0), (1, 1.0), (2, 1.0), (3, 0.8)])
-def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda):
+@pytest.mark.parametrize(
+    "seed,vtrace_lambda,normalize",
+    [(0, 1.0, False), (1, 1.0, False), (2, 1.0, False), (3, 0.8, True)],
+)
+def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, normalize):
     """Every term and the gradient reaching the logits, against `_reference_loss`.
 
     Fails if the policy gradient used the value targets instead of its own advantages, the
@@ -150,7 +161,11 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda):
     logits = rng.normal(size=(7, 4, 3)).astype(np.float32)
     values = rng.normal(size=(7, 4)).astype(np.float32)
     config = LearnerConfig(
-        baseline_cost=0.3, entropy_cost=0.05, discounting=0.9, vtrace_lambda=vtrace_lambda
+        baseline_cost=0.3,
+        entropy_cost=0.05,
+        discounting=0.9,
+        vtrace_lambda=vtrace_lambda,
+        normalize_advantages=normalize,
     )
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
