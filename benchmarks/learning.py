@@ -17,8 +17,8 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       the score of `--test_games` games played with the final checkpoint
                       as `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
-Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the run folder can
-be resumed with `run_local.py --logdir=... --experiment=...`.
+Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
+again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run.
 """
 
 from __future__ import annotations
@@ -210,8 +210,20 @@ def main(argv: list[str]) -> int:
             _ROOT, "runs", f"bench-{FLAGS.config}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         )
     )
-    if os.path.exists(os.path.join(run_dir, "learner_0.json")):
-        raise app.UsageError(f"--out_dir={run_dir} already holds a finished run; name a new one")
+    resumed = False
+    summary_path = os.path.join(run_dir, "learner_0.json")
+    if os.path.exists(summary_path):
+        try:
+            with open(summary_path) as f:
+                resumed = bool(json.load(f)["stopped_early"])
+        except (OSError, ValueError, KeyError, TypeError):
+            resumed = False
+        if not resumed:
+            raise app.UsageError(
+                f"--out_dir={run_dir} already holds a finished run; name a new one"
+            )
+        # A stopped benchmark goes on from its latest checkpoint, with the flags it started with.
+        print(f"[learning] resuming the stopped run in {run_dir}", flush=True)
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as error:
@@ -224,6 +236,10 @@ def main(argv: list[str]) -> int:
     except plot.PlotError as error:
         raise SystemExit(f"[learning] nothing to report: {error}") from None
     figures = results(benchmark, curve, run_dir, wall_secs, sys.argv)
+    if resumed:
+        # This invocation's wall time covers only the frames since the resume.
+        figures["resumed"] = True
+        figures["frames_per_second_overall"] = None
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
     json_path = os.path.join(run_dir, "learning.json")

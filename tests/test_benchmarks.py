@@ -147,22 +147,24 @@ def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_training_saves_and_still_reports(processes, tmp_path):
+def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(processes, tmp_path):
     """SIGTERM (as a job scheduler sends) reaches the run: it saves and stops its processes,
-    and the benchmark reports on the frames trained, with no process left behind."""
+    and the benchmark reports on the frames trained, with no process left behind. Run again,
+    it resumes from the checkpoint and reports on the whole run."""
     out_dir = tmp_path / "catch"
-    bench = processes.start(
-        "learning",
-        [
+
+    def bench_argv(frames):
+        return [
             sys.executable,
             "-u",
             os.path.join("benchmarks", "learning.py"),
             "--config=catch",
-            "--frames=1e7",
+            f"--frames={frames}",
             f"--out_dir={out_dir}",
             "--test_games=2",
-        ],
-    )
+        ]
+
+    bench = processes.start("learning", bench_argv("1e7"))
     learners_log = out_dir / "learners.log"
     wait_until(lambda: "  step " in read_text(learners_log), 120, lambda: processes.log(bench))
     bench.send_signal(signal.SIGTERM)
@@ -171,3 +173,11 @@ def test_sigterm_stops_the_training_saves_and_still_reports(processes, tmp_path)
     assert figures["stopped_early"] and 0 < figures["frames"] < 1e7
     assert figures["test"]["games"] == 2
     assert processes_with(str(out_dir)) == []
+
+    budget = figures["frames"] + 2000  # 25 more learner steps of 8 x 10 frames
+    again = processes.start("learning_again", bench_argv(budget))
+    assert processes.wait(again, 180) == 0, processes.log(again)
+    assert "resuming the stopped run" in processes.log(again)
+    resumed = json.loads((out_dir / "learning.json").read_text())
+    assert resumed["resumed"] and not resumed["stopped_early"]
+    assert resumed["frames"] == budget and resumed["games"] > figures["games"]
