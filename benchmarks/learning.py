@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
     except OSError as error:
         raise app.UsageError(f"--out_dir={run_dir}: {error.strerror}") from None
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
-    if not os.path.exists(os.path.join(run_dir, "learner_0.json")):
+    if not os.path.exists(summary_path):
         raise SystemExit(f"[learning] {run_dir}: the learner stopped before writing its summary")
     try:
         curve = plot.load_curve(run_dir, FLAGS.config, FLAGS.window)

@@ -103,6 +103,7 @@ def _run(*flags, script="learning.py"):
         ("--config=tetris", "flag --config=tetris: value should be one of <pong|breakout|catch>"),
         ("--frames=-5", "flag --frames=-5: -5.0 is not a non-negative number"),
         ("--window=0", "flag --window=0: 0 is not"),
+        ("--test_games=-1", "flag --test_games=-1: -1 is not"),
         ("--out_dir={file}/run", "--out_dir={file}/run: Not a directory"),
         ("--out_dir={finished}", "--out_dir={finished} already holds a finished run"),
     ],
