@@ -36,12 +36,12 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 bench: $(STAMP)
-	$(PY) benchmarks/throughput.py $(ARGS)
+	$(PY) -m benchmarks.throughput $(ARGS)
 
 # Trains a named configuration (default: Pong, the make-train set-up, 10M frames) and writes its
 # learning curve and results, e.g. make bench-learning ARGS="--config=breakout"
 bench-learning: $(STAMP)
-	$(PY) benchmarks/learning.py $(ARGS)
+	$(PY) -m benchmarks.learning $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -23,193 +23,18 @@ import sys
 # TensorFlow's C++ start-up notices (oneDNN, CPU features) are noise for users; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags
+from absl import app
 from absl import logging as absl_logging
 
-import actor_loop
-import learner
-import learner_loop
-import local_training
-import run_folder
+from impala import configs, run_folder
+from impala.flags import FLAGS, PRESETS, apply_preset, flag_values
 
-FLAGS = flags.FLAGS
-
-flags.DEFINE_enum(
-    "mode",
-    "train",
-    ["train", "test"],
-    "train: run the role given by --job_name. test: load a checkpoint (--checkpoint) and play "
-    "--test_num_episodes games with it, printing statistics of the real game score.",
-)
-flags.DEFINE_enum(
-    "job_name",
-    "local",
-    ["learner", "actor", "local"],
-    "Role of this process. learner: trains, serving its actors (run under mpirun for "
-    "several). actor: plays and streams unrolls to learner task mod L. local: actor and "
-    "learner in this one process.",
-)
-flags.DEFINE_integer("task", 0, "Index of this actor. Learners take their rank from mpirun.")
-flags.DEFINE_list("learner_hosts", ["localhost:8001"], "host:port of each learner, in rank order.")
-flags.DEFINE_list(
-    "actor_hosts",
-    [],
-    "Host of each actor, in task order (used by launchers; an actor checks its --task is in "
-    "range when given).",
-)
-flags.DEFINE_integer("num_envs_per_actor", 16, "Environments each actor steps together.")
-flags.DEFINE_integer(
-    "queue_capacity", 0, "Trajectories a learner queues before actors block (0: 4 batches)."
-)
-flags.DEFINE_string(
-    "logdir",
-    "runs",
-    "Holds the run folders: a run lives in <logdir>/<experiment> (its flags, TensorBoard "
-    "events, checkpoints, logs). '' writes nothing, not even checkpoints.",
-)
-flags.DEFINE_string(
-    "experiment",
-    "",
-    "Name of the run's folder under --logdir (default: <level_name>-<start time>). Starting "
-    "again with the folder of an earlier run resumes it from its latest checkpoint.",
-)
-flags.DEFINE_bool(
-    "summary_histograms", False, "Also write histograms of the weights to TensorBoard."
-)
-flags.DEFINE_float("save_every_secs", 600.0, "Rank 0 writes a checkpoint this often.")
-flags.DEFINE_integer("keep_checkpoints", 3, "How many recent checkpoints to keep.")
-flags.DEFINE_float(
-    "connect_timeout_secs", 600.0, "How long an actor waits for its learner to come up."
-)
-flags.DEFINE_string(
-    "level_name",
-    "PongNoFrameskip-v4",
-    "Gymnasium environment id with a discrete action space; Atari ids get "
-    "DeepMind's preprocessing.",
-)
-flags.DEFINE_string(
-    "agent_name",
-    "ShallowConvNetAgent",
-    "Network: SimpleConvNetAgent, ShallowConvNetAgent, ResNetAgent, "
-    "ResNetLSTMAgent or MLPAgent (case-insensitive).",
-)
-flags.DEFINE_integer("seed", 0, "Seeds environments, action sampling and initial weights.")
-flags.DEFINE_integer(
-    "num_action_repeats", 1, "Times each action is repeated, on top of the Atari frame skip of 4."
-)
-flags.DEFINE_float(
-    "total_environment_frames",
-    200e6,
-    "Training budget in emulator frames (agent steps x frame skip x repeats).",
-)
-flags.DEFINE_integer("batch_size", 32, "Trajectories per learner batch.")
-flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
-flags.DEFINE_integer(
-    "batch_reuse",
-    1,
-    "Optimisation steps the learner takes on each batch (more learning per frame, at the cost "
-    "of learner compute; V-trace corrects for the policy having moved).",
-)
-flags.DEFINE_float("discounting", 0.99, "Discount factor.")
-flags.DEFINE_float(
-    "vtrace_lambda",
-    1.0,
-    "V-trace's trace decay in [0, 1], like GAE's lambda: lower bootstraps sooner, with less "
-    "variance and more bias.",
-)
-flags.DEFINE_bool(
-    "normalize_advantages",
-    False,
-    "Scale each batch's policy-gradient advantages to mean 0 and standard deviation 1 (as PPO "
-    "does), so that the policy term's weight against the baseline and entropy terms does not "
-    "depend on the scale of the returns.",
-)
-flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
-flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
-flags.DEFINE_enum(
-    "reward_clipping",
-    "abs_one",
-    list(learner.REWARD_CLIPPING_CHOICES),
-    "How rewards are clipped in the loss.",
-)
-flags.DEFINE_float(
-    "gradients_clipping", 40.0, "Clip gradients to this global norm; negative turns clipping off."
-)
-flags.DEFINE_float(
-    "learning_rate", 0.0006, "Learning rate, annealed linearly to 0 over the frame budget."
-)
-flags.DEFINE_enum(
-    "optimizer",
-    "rmsprop",
-    list(learner.OPTIMIZER_CHOICES),
-    "rmsprop: TensorFlow 1's RMSProp (epsilon inside the square root), as in the IMPALA paper. "
-    "adam: Adam (epsilon outside the square root).",
-)
-flags.DEFINE_float("decay", 0.99, "RMSProp decay; Adam's second-moment decay (beta2).")
-flags.DEFINE_float("momentum", 0.0, "RMSProp momentum (Adam's beta1 is 0.9).")
-flags.DEFINE_float("epsilon", 0.01, "The optimiser's epsilon.")
-flags.DEFINE_enum(
-    "preset",
-    "",
-    ["", "paper"],
-    "A named set of hyperparameters for the flags not given explicitly. paper: the IMPALA "
-    "paper's Atari values (RMSProp, batch 32, one step per batch, lambda 1).",
-)
-flags.DEFINE_string(
-    "checkpoint",
-    "",
-    "--mode=test: what to load: a run folder (its latest checkpoint), its checkpoints/ folder "
-    "or one checkpoint such as runs/pong/checkpoints/ckpt-5000. Default: the run folder "
-    "<logdir>/<experiment>.",
-)
-flags.DEFINE_integer("test_num_episodes", 10, "--mode=test: games to play.")
-flags.DEFINE_enum(
-    "test_policy",
-    "sample",
-    ["sample", "greedy"],
-    "--mode=test: sample actions from the policy, or take the most likely one.",
-)
-flags.DEFINE_bool("record_video", False, "--mode=test: write one MP4 per game.")
-flags.DEFINE_string(
-    "video_dir",
-    "",
-    "--mode=test --record_video: where the MP4s go (default: <run>/videos/<checkpoint name>).",
-)
+# Each role imports its own stack when it runs: an actor or --mode=test never loads Horovod.
+__all__ = ["FLAGS", "PRESETS", "apply_preset", "flag_values", "main"]
 
 
-# The IMPALA paper's Atari hyperparameters (Espeholt et al. 2018, appendix D.3 and the public
-# scalable_agent code): today's defaults, kept here so that they stay one flag away whatever the
-# defaults become.
-PRESETS: dict[str, dict[str, object]] = {
-    "paper": {
-        "optimizer": "rmsprop",
-        "learning_rate": 0.0006,
-        "decay": 0.99,
-        "momentum": 0.0,
-        "epsilon": 0.01,
-        "batch_size": 32,
-        "unroll_length": 20,
-        "batch_reuse": 1,
-        "vtrace_lambda": 1.0,
-        "normalize_advantages": False,
-        "discounting": 0.99,
-        "entropy_cost": 0.01,
-        "baseline_cost": 0.5,
-        "gradients_clipping": 40.0,
-        "reward_clipping": "abs_one",
-    },
-}
-
-
-def apply_preset() -> None:
-    """Gives the flags of `--preset` their preset values, unless given on the command line."""
-    for name, value in PRESETS.get(FLAGS.preset, {}).items():
-        if not FLAGS[name].present:
-            FLAGS[name].value = value
-
-
-def learner_config_from_flags() -> learner.LearnerConfig:
-    return learner.LearnerConfig(
+def learner_config_from_flags() -> configs.LearnerConfig:
+    return configs.LearnerConfig(
         batch_size=FLAGS.batch_size,
         unroll_length=FLAGS.unroll_length,
         discounting=FLAGS.discounting,
@@ -229,8 +54,11 @@ def learner_config_from_flags() -> learner.LearnerConfig:
     )
 
 
-def local_config_from_flags() -> local_training.LocalConfig:
-    return local_training.LocalConfig(
+def local_config_from_flags():
+    """The `single_process.LocalConfig` of --job_name=local."""
+    from impala import single_process
+
+    return single_process.LocalConfig(
         level_name=FLAGS.level_name,
         agent_name=FLAGS.agent_name,
         num_action_repeats=FLAGS.num_action_repeats,
@@ -239,8 +67,11 @@ def local_config_from_flags() -> local_training.LocalConfig:
     )
 
 
-def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
-    return learner_loop.LearnerJobConfig(
+def learner_job_config_from_flags():
+    """The `learner.loop.LearnerJobConfig` of --job_name=learner."""
+    from impala.learner import loop
+
+    return loop.LearnerJobConfig(
         level_name=FLAGS.level_name,
         agent_name=FLAGS.agent_name,
         learner_hosts=tuple(FLAGS.learner_hosts),
@@ -257,20 +88,10 @@ def learner_job_config_from_flags() -> learner_loop.LearnerJobConfig:
     )
 
 
-def flag_values(only_given: bool = False) -> dict:
-    """The flags this file defines, with their values: all of them (what a run folder's
-    flags.json holds), or only those given on the command line (what launchers forward)."""
-    return {
-        flag.name: flag.value
-        for flag in FLAGS.get_flags_for_module(sys.modules[__name__])
-        if flag.present or not only_given
-    }
-
-
 def evaluation_config_from_flags():
     """The `evaluation.EvalConfig` of --mode=test."""
     # Imported here: only --mode=test needs OpenCV and the rendering environments.
-    import evaluation
+    from impala import evaluation
 
     checkpoint = FLAGS.checkpoint
     if not checkpoint:
@@ -293,13 +114,16 @@ def evaluation_config_from_flags():
     )
 
 
-def actor_job_config_from_flags() -> actor_loop.ActorJobConfig:
+def actor_job_config_from_flags():
+    """The `actor.loop.ActorJobConfig` of --job_name=actor."""
+    from impala.actor import loop
+
     if FLAGS.actor_hosts and not 0 <= FLAGS.task < len(FLAGS.actor_hosts):
         raise ValueError(
             f"--task={FLAGS.task}: out of range for {len(FLAGS.actor_hosts)} --actor_hosts"
         )
     learner_config_from_flags()  # validates the shared hyperparameters here too
-    return actor_loop.ActorJobConfig(
+    return loop.ActorJobConfig(
         level_name=FLAGS.level_name,
         agent_name=FLAGS.agent_name,
         task=FLAGS.task,
@@ -313,10 +137,12 @@ def actor_job_config_from_flags() -> actor_loop.ActorJobConfig:
 
 
 def run_local() -> None:
+    from impala import single_process
+
     config = local_config_from_flags()
-    env, agent = local_training.build(config)
+    env, agent = single_process.build(config)
     with env:
-        progress = local_training.train(config, env, agent)
+        progress = single_process.train(config, env, agent)
     logging.info("done: %s", progress.summary())
 
 
@@ -326,20 +152,26 @@ def run_learner() -> int:
     # rank, whereas on SIGINT or SIGTERM it kills the ranks a moment later, saved or not.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, _request_learner_stop)
-    summary = learner_loop.run(learner_job_config_from_flags())
+    from impala.learner import loop
+
+    summary = loop.run(learner_job_config_from_flags())
     return 130 if summary["stopped_early"] else 0
 
 
 def _request_learner_stop(signum, frame):
-    learner_loop.request_stop()
+    from impala.learner import loop
+
+    loop.request_stop()
 
 
 def run_actor() -> None:
-    actor_loop.run(actor_job_config_from_flags())
+    from impala.actor import loop
+
+    loop.run(actor_job_config_from_flags())
 
 
 def run_test() -> None:
-    import evaluation
+    from impala import evaluation
 
     evaluation.run(evaluation_config_from_flags())
 

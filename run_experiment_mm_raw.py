@@ -20,11 +20,9 @@ import sys
 
 from absl import app, flags
 
-import experiment
-import hosts
-import launcher
-import run_folder
-import workers_csv
+from impala import flags as impala_flags
+from impala import run_folder
+from impala.launch import hosts, planning, workers_csv
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workers_csv_path", None, "The workers CSV (see sandbox/README.md).")
@@ -63,7 +61,7 @@ def run_name_for(csv_path: str) -> str:
     return name
 
 
-def print_plan(plans: list[launcher.HostPlan]) -> None:
+def print_plan(plans: list[planning.HostPlan]) -> None:
     for plan in plans:
         how = (
             "local tmux"
@@ -91,10 +89,10 @@ def main(argv: list[str]) -> int:
         if not FLAGS.logdir:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.
-        given = experiment.flag_values(only_given=True)
-        plans = launcher.plan_run(
+        given = impala_flags.flag_values(only_given=True)
+        plans = planning.plan_run(
             workers,
-            launcher.forwarded_flags(given),
+            planning.forwarded_flags(given),
             run_name_for(FLAGS.workers_csv_path),
             logdir=FLAGS.logdir,
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,

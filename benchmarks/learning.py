@@ -1,9 +1,9 @@
 """Learning benchmark: train a named configuration for a frame budget and report how it learned.
 
-  python benchmarks/learning.py                          # pong: the make-train set-up, 10M frames
-  python benchmarks/learning.py --config=breakout
-  python benchmarks/learning.py --config=catch           # a two-minute check of the whole path
-  python benchmarks/learning.py --config=pong --frames=2e6 --out_dir=/tmp/pong-short
+  python -m benchmarks.learning                          # pong: the make-train set-up, 10M frames
+  python -m benchmarks.learning --config=breakout
+  python -m benchmarks.learning --config=catch           # a two-minute check of the whole path
+  python -m benchmarks.learning --config=pong --frames=2e6 --out_dir=/tmp/pong-short
   make bench-learning ARGS="--config=breakout"
 
 Trains through the real distributed path (`run_local.py`: a learner process and actor processes
@@ -34,14 +34,13 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 from absl import app, flags
 
-import catch
 import plot
-import run_folder
+from impala import run_folder
+from impala.envs import catch
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -146,7 +145,7 @@ def results(
         summary = json.load(f)
     return {
         "config": curve.name,
-        "command": " ".join(argv),
+        "command": "python -m benchmarks.learning " + " ".join(argv[1:]),
         "flags": list(benchmark.flags),
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
@@ -175,7 +174,7 @@ def test_checkpoint(run_dir: str, num_games: int) -> dict:
     """Plays `num_games` with the run's latest checkpoint as `experiment.py --mode=test
     --checkpoint=<run_dir> --test_num_episodes=<num_games>` does (its defaults: sampled policy,
     seed 0, the training game's settings); the figures of that score."""
-    import evaluation  # TensorFlow and the games: only once training is over
+    from impala import evaluation  # TensorFlow and the games: only once training is over
 
     config = evaluation.EvalConfig(checkpoint=run_dir, num_episodes=num_games)
     result = evaluation.run(config, report=lambda line: print(f"[test] {line}", flush=True))

@@ -1,7 +1,7 @@
 """How much a network's outputs depend on what it sees: a diagnostic for policies that do not learn.
 
-  python benchmarks/probe_network.py runs/pong/checkpoints/ckpt-2011   # a trained checkpoint
-  python benchmarks/probe_network.py init --agent_name=SimpleConvNetAgent  # freshly initialised
+  python -m benchmarks.probe_network runs/pong/checkpoints/ckpt-2011   # a trained checkpoint
+  python -m benchmarks.probe_network init --agent_name=SimpleConvNetAgent  # freshly initialised
 
 Plays `--num_envs` games with random actions, keeps 64 frames from them, and prints for each
 checkpoint (or `init`, a network as it starts) on those frames:
@@ -18,14 +18,13 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-import environments
 import networks
+from impala import envs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames are shown.")
@@ -36,8 +35,8 @@ flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` ne
 
 def frames(level_name: str, num_envs: int, seed: int) -> tuple[np.ndarray, int]:
     """64 observations from random play (8 moments of `num_envs` games), and the action count."""
-    config = environments.EnvConfig(level_name, num_envs=num_envs, seed=seed)
-    with environments.make_environment(config) as env:
+    config = envs.EnvConfig(level_name, num_envs=num_envs, seed=seed)
+    with envs.make_environment(config) as env:
         output, kept = env.reset(), []
         rng = np.random.default_rng(seed)
         for step in range(200):

@@ -1,8 +1,8 @@
 """Throughput of each stage and of the whole system, measured in one run on this machine.
 
-  python benchmarks/throughput.py                    # the make-train set-up (Pong)
-  python benchmarks/throughput.py --e2e_frames=1e6   # a longer end-to-end measurement
-  python benchmarks/throughput.py --batch_reuse=1    # any experiment.py flag changes the set-up
+  python -m benchmarks.throughput                    # the make-train set-up (Pong)
+  python -m benchmarks.throughput --e2e_frames=1e6   # a longer end-to-end measurement
+  python -m benchmarks.throughput --batch_reuse=1    # any experiment.py flag changes the set-up
 
 The set-up is experiment.py's flags: their defaults (what `make train` runs) and any given here,
 which the end-to-end run is also given.
@@ -29,18 +29,17 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-import environments
 import experiment  # its flags: the set-up measured is the one make train runs
-import launcher
-import learner
 import networks
-from actor import Steps
+from impala import configs, envs, trajectory
+from impala.launch import planning
+from impala.learner import optimise
+from impala.trajectory import Steps
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
@@ -63,10 +62,10 @@ def _timed(step, seconds: float, warmup: int = 3) -> float:
 
 def measure_env(level: str, num_envs: int, num_action_repeats: int, seconds: float):
     """Agent steps/s of one actor's environments with random actions, and their specs."""
-    config = environments.EnvConfig(
+    config = envs.EnvConfig(
         level_name=level, num_envs=num_envs, num_action_repeats=num_action_repeats
     )
-    with environments.make_environment(config) as env:
+    with envs.make_environment(config) as env:
         env.reset()
         rng = np.random.default_rng(0)
 
@@ -96,13 +95,13 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> flo
     return _timed(step, seconds) * num_envs
 
 
-def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: float) -> float:
+def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> float:
     """Agent steps/s of new experience the learner consumes: T x B per `learn` call, which
     takes `config.batch_reuse` optimisation steps."""
     num_steps, batch = config.unroll_length + 1, config.batch_size
     rng = np.random.default_rng(0)
     observation = rng.integers(0, 255, (num_steps, batch, *shape)).astype(dtype)
-    data = learner.Batch(
+    data = trajectory.Batch(
         agent_state=agent.initial_state(batch),
         steps=Steps(
             prev_action=np.zeros((num_steps, batch), np.int32),
@@ -113,7 +112,7 @@ def measure_train(agent, shape, dtype, config: learner.LearnerConfig, seconds: f
             policy_logits=np.zeros((num_steps, batch, agent.num_actions), np.float32),
         ),
     )
-    trainer = learner.Learner(agent, config)
+    trainer = optimise.Trainer(agent, config)
     return _timed(lambda: trainer.learn(data, frames=0), seconds) * config.unroll_length * batch
 
 
@@ -125,7 +124,7 @@ def measure_end_to_end(frames: float) -> dict:
             "run_local.py",
             f"--logdir={runs}",
             f"--num_actors={FLAGS.num_actors}",
-            *launcher.forwarded_flags(experiment.flag_values(only_given=True)),
+            *planning.forwarded_flags(experiment.flag_values(only_given=True)),
             f"--total_environment_frames={frames}",
         ]
         subprocess.run(argv, cwd=_ROOT, check=True, stdout=subprocess.DEVNULL)

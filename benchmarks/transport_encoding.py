@@ -1,6 +1,6 @@
 """Why observations travel as raw bytes: TF's RPC layer with a uint8 tensor against a byte string.
 
-  python benchmarks/transport_encoding.py
+  python -m benchmarks.transport_encoding
 
 Sends the same observations ([21, n, 84, 84, 4] uint8, one unroll of n Atari trajectories) to an
 RPC server in another process, once as a uint8 tensor and once as a tf.string of its bytes (what
@@ -79,7 +79,9 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.transport_encoding", "--serve", str(port)]
+    )
     try:
         for _ in range(100):
             with socket.socket() as s:

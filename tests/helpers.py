@@ -5,9 +5,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
-import learner
 import networks
+from impala import configs
+from impala.learner import checkpoints, optimise
 
 
 def save_checkpoints(
@@ -19,7 +19,7 @@ def save_checkpoints(
     num_actions = 2 if level_name == "CartPole-v1" else 4
     agent = networks.make_agent(agent_name, num_actions)
     networks.build_variables(agent, shape, dtype)
-    trainer = learner.Learner(agent, learner.LearnerConfig())
+    trainer = optimise.Trainer(agent, configs.LearnerConfig())
     trainer.create_optimizer_slots()
     identity = {
         "level_name": level_name,

@@ -15,7 +15,7 @@ import sys
 from typing import ClassVar
 
 import experiment
-import transport
+from impala import transport
 
 
 class RecordingLearnerService(transport.LearnerService):

@@ -6,29 +6,29 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import actor_loop
-import environments
 import networks
-from actor import Actor
+from impala import envs
+from impala.actor import loop as actor_loop
+from impala.actor.actor import Actor
 
 VECTOR_SHAPE = (16,)
 
 
 def _counter_env(num_envs, episode_length, observation_shape=VECTOR_SHAPE):
-    config = environments.EnvConfig(
-        level_name=environments.COUNTER_LEVEL,
+    config = envs.EnvConfig(
+        level_name=envs.COUNTER_LEVEL,
         num_envs=num_envs,
         env_kwargs={"episode_length": episode_length, "observation_shape": observation_shape},
     )
-    return environments.make_environment(config)
+    return envs.make_environment(config)
 
 
 def _decode(observation):
-    return environments.decode_counter(observation, observation_rank=observation.ndim - 2)
+    return envs.decode_counter(observation, observation_rank=observation.ndim - 2)
 
 
 def _episode_step(observation):
-    return environments.decode_episode_step(observation, observation_rank=observation.ndim - 2)
+    return envs.decode_episode_step(observation, observation_rank=observation.ndim - 2)
 
 
 def test_unrolls_overlap_by_one_step_and_count_up():
@@ -64,7 +64,7 @@ def test_unrolls_overlap_by_one_step_and_count_up():
 
 @pytest.mark.parametrize(
     "agent_name,observation_shape",
-    [("MLPAgent", VECTOR_SHAPE), ("ResNetLSTMAgent", environments.ATARI_OBSERVATION_SHAPE)],
+    [("MLPAgent", VECTOR_SHAPE), ("ResNetLSTMAgent", envs.ATARI_OBSERVATION_SHAPE)],
 )
 def test_learner_reproduces_behaviour_logits_from_the_recorded_state(agent_name, observation_shape):
     # The learner re-runs the network over each unroll starting from `agent_state`; with the

@@ -1,6 +1,6 @@
-"""benchmarks/learning.py (its figures and one-line errors) and benchmarks/probe_network.py."""
+"""benchmarks.learning (its figures and one-line errors), benchmarks.probe_network and
+benchmarks.throughput's flags."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -13,16 +13,10 @@ from absl.testing import flagsaver
 from conftest import ROOT, processes_with, read_text, wait_until
 from helpers import save_checkpoints
 
-import evaluation
 import experiment
 import plot
-
-_SPEC = importlib.util.spec_from_file_location(
-    "learning_benchmark", os.path.join(ROOT, "benchmarks", "learning.py")
-)
-learning = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = learning  # dataclasses look their module up there
-_SPEC.loader.exec_module(learning)
+from benchmarks import learning
+from impala import evaluation
 
 
 def _curve(returns, window):
@@ -87,9 +81,9 @@ def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
     assert (test["min"], test["max"]) == (expected.min, expected.max)
 
 
-def _run(*flags, script="learning.py"):
+def _run(*flags, script="learning"):
     return subprocess.run(
-        [sys.executable, os.path.join("benchmarks", script), *flags],
+        [sys.executable, "-m", f"benchmarks.{script}", *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -122,7 +116,7 @@ def test_bad_flags_are_one_line_errors_before_any_training(tmp_path, flag, messa
 
 def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(tmp_path):
     completed = _run(
-        "--level_name=impala/Catch-v0", "init", str(tmp_path / "ckpt-1"), script="probe_network.py"
+        "--level_name=impala/Catch-v0", "init", str(tmp_path / "ckpt-1"), script="probe_network"
     )
     assert completed.returncode == 1
     # A new network gives almost the same policy on every frame.
@@ -141,7 +135,7 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     ],
 )
 def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag, message):
-    completed = _run(flag, script="throughput.py")
+    completed = _run(flag, script="throughput")
     assert completed.returncode != 0
     assert message in completed.stderr
     assert "Traceback" not in completed.stderr
@@ -158,7 +152,8 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
         return [
             sys.executable,
             "-u",
-            os.path.join("benchmarks", "learning.py"),
+            "-m",
+            "benchmarks.learning",
             "--config=catch",
             f"--frames={frames}",
             f"--out_dir={out_dir}",

@@ -14,12 +14,12 @@ import tensorflow as tf
 from conftest import ROOT, read_text, wait_until
 from tensorflow.python.checkpoint import checkpoint_management
 
-import checkpoints
-import learner
 import networks
 import plot
-from actor import Steps
-from run_local import free_ports
+from impala import configs, trajectory
+from impala.launch.single_host import free_ports
+from impala.learner import checkpoints, optimise
+from impala.trajectory import Steps
 
 # Frames: one learner step is 4 trajectories x 5 agent steps x 1 frame = 20 frames.
 BUDGET = 6_000
@@ -30,7 +30,7 @@ def _trainer(seed):
     tf.random.set_seed(seed)
     agent = networks.make_agent("MLPAgent", 2)
     networks.build_variables(agent, (4,), np.float32)
-    trainer = learner.Learner(agent, learner.LearnerConfig())
+    trainer = optimise.Trainer(agent, configs.LearnerConfig())
     trainer.create_optimizer_slots()
     return agent, trainer
 
@@ -41,7 +41,7 @@ def _values(variables):
 
 def _train_a_little(agent, trainer):
     rng = np.random.default_rng(0)
-    batch = learner.Batch(
+    batch = trajectory.Batch(
         agent_state=(),
         steps=Steps(
             prev_action=np.zeros((4, 3), np.int32),

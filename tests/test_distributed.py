@@ -17,20 +17,20 @@ import numpy as np
 import pytest
 from conftest import ROOT, processes_with, wait_until
 
-import catch
-import environments
 import networks
-from run_local import free_ports
+from impala import envs
+from impala.envs import catch
+from impala.launch.single_host import free_ports
 
 pytestmark = pytest.mark.slow
 
-COUNTER = environments.COUNTER_LEVEL
+COUNTER = envs.COUNTER_LEVEL
 UNROLL_LENGTH = 5
 NUM_ENVS = 3
 
 
 def _counter(observation):
-    return environments.decode_counter(observation, observation_rank=observation.ndim - 2)
+    return envs.decode_counter(observation, observation_rank=observation.ndim - 2)
 
 
 def _actor_flags(port, task, *extra):
@@ -81,7 +81,7 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
     assert len(record["batches"]) == steps
     assert sorted(record["published"]) == list(range(steps + 1))
 
-    with environments.make_environment(environments.EnvConfig(COUNTER, num_envs=1)) as env:
+    with envs.make_environment(envs.EnvConfig(COUNTER, num_envs=1)) as env:
         agent = networks.make_agent("MLPAgent", env.num_actions)
         networks.build_variables(agent, env.observation_shape, env.observation_dtype)
     starts = collections.defaultdict(collections.Counter)

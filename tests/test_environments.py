@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from environments import (
+from impala.envs import (
     COUNTER_LEVEL,
     CounterEnv,
     EnvConfig,
@@ -384,7 +384,7 @@ def test_bad_actions_and_lifecycle():
 
 
 def test_catch_draws_the_ball_falling_in_an_atari_shaped_frame_stack():
-    import catch
+    from impala.envs import catch
 
     env = catch.CatchEnv()
     observation, _ = env.reset(seed=5)
@@ -408,7 +408,7 @@ def test_catch_draws_the_ball_falling_in_an_atari_shaped_frame_stack():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_catch_pays_only_at_the_bottom_and_only_a_paddle_under_the_ball(seed):
-    import catch
+    from impala.envs import catch
 
     with make_environment(EnvConfig(catch.CATCH_LEVEL, num_envs=8, seed=seed)) as env:
         assert (env.num_actions, env.observation_shape) == (3, (84, 84, 4))

@@ -15,18 +15,18 @@ import tensorflow as tf
 from conftest import ROOT
 from helpers import save_checkpoints
 
-import checkpoints
-import evaluation
 import networks
-from environments import (
+from impala import evaluation
+from impala.envs import (
     COUNTER_LEVEL,
     EnvConfig,
     StepOutput,
     make_environment,
     make_evaluation_environment,
 )
-from evaluation import EvalConfig
-from run_local import free_ports
+from impala.evaluation import EvalConfig
+from impala.launch.single_host import free_ports
+from impala.learner import checkpoints
 
 BREAKOUT = "BreakoutNoFrameskip-v4"
 

@@ -13,7 +13,7 @@ from conftest import (
     wait_until,
 )
 
-from run_local import free_ports
+from impala.launch.single_host import free_ports
 
 # The example from the original project's README, unchanged but for the CSV path.
 ORIGINAL_EXAMPLE = [

@@ -2,9 +2,7 @@
 
 import shlex
 
-import hosts
-import launcher
-import workers_csv
+from impala.launch import hosts, planning, workers_csv
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
 CSV = f"""{HEADER}
@@ -20,7 +18,7 @@ def _plan(tmp_path, local_hosts=frozenset(), accept=False):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    return launcher.plan_run(
+    return planning.plan_run(
         workers,
         ["--batch_size=32", "--level_name=PongNoFrameskip-v4"],
         "cluster",
@@ -40,7 +38,7 @@ def test_learner_ranks_are_grouped_by_host_in_first_seen_order(tmp_path):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    assert [w.address for w in launcher.learner_ranks(workers)] == [
+    assert [w.address for w in planning.learner_ranks(workers)] == [
         "n1:8001",
         "n1:8002",
         "n2:8001",
@@ -105,7 +103,7 @@ def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    plans = launcher.plan_run(workers, [], "cluster", logdir="/data/impala")
+    plans = planning.plan_run(workers, [], "cluster", logdir="/data/impala")
     for plan in plans:
         for window in plan.windows:
             assert window.command.count("--logdir=/data/impala --experiment=cluster") == (
@@ -116,21 +114,21 @@ def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
 
 
 def test_session_names_are_per_run_and_host():
-    assert launcher.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
+    assert planning.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 
 
 def test_learners_on_one_host_need_no_ssh_config(tmp_path):
     path = tmp_path / "one.csv"
     path.write_text(f"{HEADER}\nlearner,n1,8001,22,root,,,/w,\nactor,n2,,22,root,,,/w,\n")
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    (n1, _) = launcher.plan_run(workers, [], "one")
+    (n1, _) = planning.plan_run(workers, [], "one")
     assert n1.files == ()
     assert "plm_rsh_args" not in n1.windows[0].command
     assert "--allow-run-as-root" in n1.windows[0].command  # Open MPI refuses root otherwise
 
 
 def test_tmux_window_keeps_its_pane_in_the_same_command_list():
-    window = launcher.Window("actor_3", "python x.py")
+    window = planning.Window("actor_3", "python x.py")
     assert hosts.tmux_new_window("impala_run", window, first=True) == [
         "new-session",
         "-d",

@@ -5,15 +5,16 @@ import pytest
 import sonnet as snt
 import tensorflow as tf
 
-import learner
 import networks
-from actor import Steps
-from learner import LearnerConfig
+from impala import trajectory
+from impala.configs import LearnerConfig
+from impala.learner import loss, optimise
+from impala.trajectory import Steps
 
 
 def _batch(rng, num_steps=5, batch_size=3, obs_dim=4, num_actions=3):
     shape = (num_steps + 1, batch_size)
-    return learner.Batch(
+    return trajectory.Batch(
         agent_state=(),
         steps=Steps(
             prev_action=rng.integers(0, num_actions, shape).astype(np.int32),
@@ -42,10 +43,10 @@ def _mlp_agent(num_actions=3, obs_dim=4, seed=0):
 def test_clip_rewards():
     rewards = tf.constant([-10.0, -0.5, 0.0, 0.5, 10.0])
     np.testing.assert_allclose(
-        learner.clip_rewards(rewards, "abs_one"), [-1, -0.5, 0, 0.5, 1], rtol=1e-6
+        loss.clip_rewards(rewards, "abs_one"), [-1, -0.5, 0, 0.5, 1], rtol=1e-6
     )
-    np.testing.assert_allclose(learner.clip_rewards(rewards, "none"), rewards)
-    soft = learner.clip_rewards(rewards, "soft_asymmetric").numpy()
+    np.testing.assert_allclose(loss.clip_rewards(rewards, "none"), rewards)
+    soft = loss.clip_rewards(rewards, "soft_asymmetric").numpy()
     np.testing.assert_allclose(soft[4], 5 * np.tanh(2.0), rtol=1e-6)
     np.testing.assert_allclose(soft[0], 0.3 * 5 * np.tanh(-2.0), rtol=1e-6)
     assert abs(soft[0]) < abs(soft[4])  # negatives are squashed harder
@@ -54,22 +55,22 @@ def test_clip_rewards():
 def test_loss_terms_by_hand():
     # Two actions, uniform policy: entropy log 2 per step.
     logits = tf.zeros([2, 1, 2])
-    np.testing.assert_allclose(learner.compute_entropy_loss(logits), -2 * np.log(2), rtol=1e-6)
-    np.testing.assert_allclose(learner.compute_baseline_loss(tf.constant([[1.0], [-2.0]])), 2.5)
+    np.testing.assert_allclose(loss.compute_entropy_loss(logits), -2 * np.log(2), rtol=1e-6)
+    np.testing.assert_allclose(loss.compute_baseline_loss(tf.constant([[1.0], [-2.0]])), 2.5)
     # -log(0.5) * advantage, summed.
-    loss = learner.compute_policy_gradient_loss(
+    pg_loss = loss.compute_policy_gradient_loss(
         logits, tf.constant([[0], [1]]), tf.constant([[1.0], [3.0]])
     )
-    np.testing.assert_allclose(loss, np.log(2) * 4, rtol=1e-6)
+    np.testing.assert_allclose(pg_loss, np.log(2) * 4, rtol=1e-6)
 
 
 def test_policy_gradient_loss_does_not_differentiate_advantages():
     advantages = tf.Variable([[1.0, 2.0]])
     logits = tf.Variable(tf.zeros([1, 2, 3]))
     with tf.GradientTape(persistent=True) as tape:
-        loss = learner.compute_policy_gradient_loss(logits, tf.constant([[0, 2]]), advantages)
-    assert tape.gradient(loss, advantages) is None
-    assert tape.gradient(loss, logits) is not None
+        pg_loss = loss.compute_policy_gradient_loss(logits, tf.constant([[0, 2]]), advantages)
+    assert tape.gradient(pg_loss, advantages) is None
+    assert tape.gradient(pg_loss, logits) is not None
 
 
 def _log_softmax(logits):
@@ -169,7 +170,7 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
     )
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
-        terms = learner.compute_loss(agent, batch, config)
+        terms = loss.compute_loss(agent, batch, config)
     grad_logits = tape.gradient(terms.total, agent.logits).numpy()
 
     pg, baseline, entropy, expected_grad = _reference_loss(batch.steps, logits, values, config)
@@ -195,7 +196,7 @@ def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
     agent = _FixedOutputAgent(np.zeros((2, 1, 3), np.float32), np.zeros((2, 1), np.float32))
     config = LearnerConfig(entropy_cost=0.0, baseline_cost=0.0)
     with tf.GradientTape() as tape:
-        total = learner.compute_loss(agent, learner.Batch((), steps), config).total
+        total = loss.compute_loss(agent, trajectory.Batch((), steps), config).total
     gradient = tape.gradient(total, agent.logits).numpy()[0, 0]
     # Gradient descent moves the logits against the gradient: action 2 up, the others down.
     np.testing.assert_allclose(-gradient, [-1 / 3, -1 / 3, 2 / 3], rtol=1e-5)
@@ -203,10 +204,10 @@ def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
 
 def test_learning_rate_anneals_linearly_to_zero():
     config = LearnerConfig(learning_rate=0.001, total_environment_frames=1000)
-    assert float(learner.annealed_learning_rate(config, 0)) == pytest.approx(0.001)
-    assert float(learner.annealed_learning_rate(config, 250)) == pytest.approx(0.00075)
-    assert float(learner.annealed_learning_rate(config, 1000)) == 0.0
-    assert float(learner.annealed_learning_rate(config, 5000)) == 0.0
+    assert float(optimise.annealed_learning_rate(config, 0)) == pytest.approx(0.001)
+    assert float(optimise.annealed_learning_rate(config, 250)) == pytest.approx(0.00075)
+    assert float(optimise.annealed_learning_rate(config, 1000)) == 0.0
+    assert float(optimise.annealed_learning_rate(config, 5000)) == 0.0
 
 
 def test_step_reduces_loss_on_a_fixed_batch():
@@ -214,7 +215,7 @@ def test_step_reduces_loss_on_a_fixed_batch():
     agent = _mlp_agent()
     batch = _batch(rng, num_steps=8, batch_size=4)
     config = LearnerConfig(learning_rate=0.01, entropy_cost=0.0, total_environment_frames=10**9)
-    trainer = learner.Learner(agent, config)
+    trainer = optimise.Trainer(agent, config)
     first = trainer.step(batch, frames=0)
     for _ in range(30):
         last = trainer.step(batch, frames=0)
@@ -231,7 +232,7 @@ def test_gradient_clipping_bounds_the_update():
         agent = _mlp_agent(seed=3)
         before = [v.numpy() for v in agent.trainable_variables]
         config = LearnerConfig(gradients_clipping=clip, reward_clipping="none", momentum=0.0)
-        stats = learner.Learner(agent, config).step(batch, frames=0)
+        stats = optimise.Trainer(agent, config).step(batch, frames=0)
         assert stats["gradient_norm"] > 1.0  # the unclipped norm is reported
         after = [v.numpy() for v in agent.trainable_variables]
         deltas[clip] = sum(np.sum(np.abs(a - b)) for a, b in zip(after, before, strict=True))
@@ -241,7 +242,7 @@ def test_gradient_clipping_bounds_the_update():
 def test_create_optimizer_slots_keeps_weights():
     agent = _mlp_agent()
     before = [v.numpy() for v in agent.trainable_variables]
-    trainer = learner.Learner(agent, LearnerConfig())
+    trainer = optimise.Trainer(agent, LearnerConfig())
     trainer.create_optimizer_slots()
     assert trainer.optimizer.variables  # slots exist
     for variable, value in zip(agent.trainable_variables, before, strict=True):
@@ -270,7 +271,7 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
     config = LearnerConfig(
         optimizer="adam", epsilon=1e-8, decay=0.999, batch_reuse=3, entropy_cost=0.0
     )
-    trainer = learner.Learner(_mlp_agent(), config)
+    trainer = optimise.Trainer(_mlp_agent(), config)
     assert isinstance(trainer.optimizer, snt.optimizers.Adam)
     first = trainer.learn(batch, frames=0)
     assert int(trainer.optimizer.step) == 3

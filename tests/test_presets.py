@@ -4,7 +4,7 @@ import pytest
 from absl.testing import flagsaver
 
 import experiment
-import learner
+from impala import configs
 
 FLAGS = experiment.FLAGS
 
@@ -61,4 +61,4 @@ def test_every_preset_flag_is_an_experiment_flag_of_the_right_type(name):
     value = experiment.PRESETS["paper"][name]
     assert name in FLAGS
     assert isinstance(value, type(FLAGS[name].default)), name
-    assert hasattr(learner.LearnerConfig(), name)
+    assert hasattr(configs.LearnerConfig(), name)

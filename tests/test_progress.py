@@ -1,6 +1,6 @@
 """The progress line and the episode-score statistics."""
 
-from progress import Progress
+from impala.progress import Progress
 
 
 class _Clock:

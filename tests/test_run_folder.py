@@ -8,8 +8,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-import run_folder
-from run_local import free_ports
+from impala import run_folder
+from impala.launch.single_host import free_ports
 
 
 def test_default_name_is_the_level_and_the_start_time_safe_for_a_path():

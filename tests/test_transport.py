@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from actor import Steps, Unroll
-from transport import (
+from impala.trajectory import Steps, Unroll
+from impala.transport import (
     MAX_MESSAGE_BYTES,
     ActorClient,
     LearnerFinishedError,

@@ -4,8 +4,8 @@ import getpass
 
 import pytest
 
-import workers_csv
-from workers_csv import WorkersCsvError
+from impala.launch import workers_csv
+from impala.launch.workers_csv import WorkersCsvError
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices"
 

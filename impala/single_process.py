@@ -13,11 +13,13 @@ import logging
 import time
 from collections.abc import Callable
 
-import environments
 import networks
-from actor import Actor
-from learner import Learner, LearnerConfig, stack_unrolls
-from progress import Progress
+from impala import envs
+from impala.actor.actor import Actor
+from impala.configs import LearnerConfig
+from impala.learner.optimise import Trainer
+from impala.progress import Progress
+from impala.trajectory import stack_unrolls
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,18 +34,18 @@ class LocalConfig:
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
 
 
-def build(config: LocalConfig) -> tuple[environments.VectorEnvironment, networks.Agent]:
+def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
     """Creates the environments and the agent; raises ValueError naming a bad flag.
 
     The actor steps `batch_size` environments at once, so each unroll is one whole batch.
     """
-    env_config = environments.EnvConfig(
+    env_config = envs.EnvConfig(
         level_name=config.level_name,
         num_envs=config.learner.batch_size,
         seed=config.seed,
         num_action_repeats=config.num_action_repeats,
     )
-    env = environments.make_environment(env_config)
+    env = envs.make_environment(env_config)
     try:
         agent = networks.make_agent(config.agent_name, env.num_actions)
     except ValueError:
@@ -54,13 +56,13 @@ def build(config: LocalConfig) -> tuple[environments.VectorEnvironment, networks
 
 def train(
     config: LocalConfig,
-    env: environments.VectorEnvironment,
+    env: envs.VectorEnvironment,
     agent: networks.Agent,
     report: Callable[[str], None] = logging.info,
 ) -> Progress:
     """Trains until the frame budget is spent; returns the final progress (frames, scores)."""
     actor = Actor(env, agent, config.learner.unroll_length, seed=config.seed)
-    learner = Learner(agent, config.learner)
+    learner = Trainer(agent, config.learner)
     progress = Progress(config.learner.total_environment_frames)
     frames_per_batch = config.learner.unroll_length * env.num_envs * env.frames_per_step
     report(

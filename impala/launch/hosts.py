@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import libtmux
 import paramiko
 
-import launcher
+from impala.launch import planning
 
 # Printable separators: tmux replaces control characters such as a tab when the client has no
 # UTF-8 locale (as over a plain SSH command).
@@ -38,7 +38,7 @@ class WindowStatus:
 # ---- tmux command lists (pure) -----------------------------------------------------------------
 
 
-def tmux_new_window(session: str, window: launcher.Window, first: bool) -> list[str]:
+def tmux_new_window(session: str, window: planning.Window, first: bool) -> list[str]:
     """Creates the session (first window) or a window in it, keeping the pane after its process
     exits so that status can show how it ended. One tmux command list: nothing can exit between
     the window's creation and the option being set."""
@@ -82,7 +82,7 @@ def stop_learners_command(session: str) -> str:
     """Shell command sending SIGUSR1 to the run's mpirun, which passes it on to every learner:
     they finish their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a
     moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
-    pane = shlex.quote(f"={session}:{launcher.LEARNERS_WINDOW}")
+    pane = shlex.quote(f"={session}:{planning.LEARNERS_WINDOW}")
     return f"pkill -USR1 -x mpirun -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\""
 
 
@@ -235,7 +235,7 @@ class SshOptions:
     known_hosts: str = "~/.ssh/known_hosts"
 
 
-def connect(plan: launcher.HostPlan, ssh: SshOptions) -> Host:
+def connect(plan: planning.HostPlan, ssh: SshOptions) -> Host:
     if plan.local:
         return LocalHost(plan.host)
     return SshHost(plan.worker, ssh.accept_unknown_host_keys, ssh.known_hosts)
@@ -256,10 +256,10 @@ def _connect_all(plans, ssh: SshOptions) -> list[Host]:
 # ---- Actions -----------------------------------------------------------------------------------
 
 
-def start_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
+def start_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
     """Checks every host, then starts every window; on any failure, stops what it started."""
     connected = _connect_all(plans, ssh)
-    started: list[tuple[Host, launcher.HostPlan]] = []
+    started: list[tuple[Host, planning.HostPlan]] = []
     try:
         for host, plan in zip(connected, plans, strict=True):
             _preflight(host, plan)
@@ -290,7 +290,7 @@ def start_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
     return 0
 
 
-def _preflight(host: Host, plan: launcher.HostPlan) -> None:
+def _preflight(host: Host, plan: planning.HostPlan) -> None:
     """Everything that can be checked before anything starts on any host."""
     code, output = host.tmux(["-V"])
     if code != 0:
@@ -326,7 +326,7 @@ def _check_worker_command(worker) -> str:
     return " && ".join(checks)
 
 
-def print_status(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
+def print_status(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
     """Prints one row per process window: host, window, alive or dead, its last log line."""
     rows = [("host", "process", "state", "last line")]
     for plan in plans:
@@ -355,7 +355,7 @@ def _state(status: WindowStatus) -> str:
     return "not started" if status.exit_status == "missing" else f"dead ({status.exit_status})"
 
 
-def _statuses(host: Host, plan: launcher.HostPlan) -> list[WindowStatus]:
+def _statuses(host: Host, plan: planning.HostPlan) -> list[WindowStatus]:
     code, listing = host.tmux(tmux_list_windows(plan.session))
     found = (
         {name: (alive, status) for name, alive, status in parse_status(listing)}
@@ -373,7 +373,7 @@ def _statuses(host: Host, plan: launcher.HostPlan) -> list[WindowStatus]:
     return statuses
 
 
-def stop_run(plans: list[launcher.HostPlan], ssh: SshOptions) -> int:
+def stop_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
     """Interrupts every window of the run on every host, then removes the sessions."""
     failures = []
     for plan in plans:
@@ -404,7 +404,7 @@ def _stop_session(host: Host, session: str, timeout: float) -> bool:
     for name, alive, _ in parse_status(listing):
         if not alive:
             continue
-        if name != launcher.LEARNERS_WINDOW or host.shell(stop_learners_command(session))[0]:
+        if name != planning.LEARNERS_WINDOW or host.shell(stop_learners_command(session))[0]:
             host.tmux(tmux_interrupt(session, name))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,11 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-import environments
 import networks
-import transport
-from actor import Actor
-from learner_loop import check_learner_hosts
+from impala import envs, transport
+from impala.actor.actor import Actor
+from impala.configs import check_learner_hosts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +54,13 @@ class ActorJobConfig:
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
-    env_config = environments.EnvConfig(
+    env_config = envs.EnvConfig(
         level_name=config.level_name,
         num_envs=config.num_envs,
         seed=env_seed,
         num_action_repeats=config.num_action_repeats,
     )
-    with environments.make_environment(env_config) as env:
+    with envs.make_environment(env_config) as env:
         agent = networks.make_agent(config.agent_name, env.num_actions)
         networks.build_variables(agent, env.observation_shape, env.observation_dtype)
         spec, identity = transport.describe(

@@ -11,8 +11,8 @@ import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-import run_folder
-from workers_csv import Worker
+from impala import run_folder
+from impala.launch.workers_csv import Worker
 
 # The tmux window of a run's mpirun, on the first learner host.
 LEARNERS_WINDOW = "learners"

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import errors_impl
 
-from actor import Steps, Unroll
+from impala.trajectory import Steps, Unroll
 
 # Under gRPC's 4 MiB limit, leaving room for the other fields and the message framing.
 MAX_MESSAGE_BYTES = 3 << 20

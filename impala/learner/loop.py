@@ -21,15 +21,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
-import distributed
-import environments
 import networks
-import run_folder
-import transport
-from learner import Batch, Learner, LearnerConfig
-from progress import Progress
-from summaries import Summaries
+from impala import envs, run_folder, transport
+from impala.configs import LearnerConfig, check_learner_hosts
+from impala.learner import allreduce, checkpoints
+from impala.learner.optimise import Trainer
+from impala.learner.summaries import Summaries
+from impala.progress import Progress
+from impala.trajectory import Batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,22 +90,6 @@ def request_stop() -> None:
     _stop_requested.set()
 
 
-def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:
-    """Raises a one-line error unless `--learner_hosts` is a non-empty list of host:port."""
-    if not learner_hosts:
-        raise ValueError("--learner_hosts is empty: give one host:port per learner")
-    for address in learner_hosts:
-        parse_address(address, "--learner_hosts")
-
-
-def parse_address(address: str, flag: str) -> tuple[str, int]:
-    """Splits "host:port", raising a one-line error that names `flag`."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{flag}: {address!r} is not host:port with a port in 1-65535")
-    return host, int(port)
-
-
 @dataclasses.dataclass
 class _Counters:
     """What the learner has done so far."""
@@ -132,9 +115,9 @@ class _Learning:
     """Everything one learner trains with; built once by `run`."""
 
     config: LearnerJobConfig
-    topology: distributed.Topology
+    topology: allreduce.Topology
     agent: networks.Agent
-    trainer: Learner
+    trainer: Trainer
     service: transport.LearnerService
     env_info: _EnvInfo
     counters: _Counters
@@ -145,7 +128,7 @@ class _Learning:
 
 def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) -> dict:
     """Trains until the global frame budget is spent. Returns this learner's summary."""
-    topology = distributed.init()
+    topology = allreduce.init()
     if topology.size != len(config.learner_hosts):
         raise ValueError(
             f"--learner_hosts names {len(config.learner_hosts)} learners but "
@@ -155,7 +138,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     run_dir = _run_folder(config, topology)
     tf.random.set_seed(config.seed)
     env_info, agent = _build_agent(config)
-    trainer = Learner(agent, config.learner, wrap_tape=distributed.wrap_tape)
+    trainer = Trainer(agent, config.learner, wrap_tape=allreduce.wrap_tape)
     trainer.create_optimizer_slots()
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
@@ -164,12 +147,12 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
     # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
     # restored from a checkpoint or freshly initialised.
-    distributed.broadcast_from_chief(
+    allreduce.broadcast_from_chief(
         list(agent.variables)
         + list(trainer.optimizer.variables)
         + (checkpointer.counters if checkpointer else [])
     )
-    resumed_from = distributed.broadcast_object_from_chief(resumed_from)
+    resumed_from = allreduce.broadcast_object_from_chief(resumed_from)
     if run_dir and topology.is_chief:
         # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
         # saved flags as they were.
@@ -250,7 +233,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     chief_report(f"done: {progress.summary()}")
     # Horovod: no learner exits before rank 0 has saved. mpirun kills every rank as soon as one
     # exits with an error status, which a stopped learner does.
-    distributed.wait_for_learners("exit")
+    allreduce.wait_for_learners("exit")
     return summary
 
 
@@ -261,7 +244,7 @@ def _run_folder(config: LearnerJobConfig, topology) -> str:
     name = config.experiment
     if not name:
         # Horovod: every learner writes into the folder rank 0 named, whatever its clock says.
-        name = distributed.broadcast_object_from_chief(
+        name = allreduce.broadcast_object_from_chief(
             run_folder.default_name(config.level_name) if topology.is_chief else None
         )
     run_dir = run_folder.path(config.logdir, name)
@@ -339,10 +322,10 @@ def _steady_rate(counters: _Counters, frames: int) -> float | None:
 
 def _build_agent(config: LearnerJobConfig):
     """Reads the environment's specs from one instance and builds the agent's variables."""
-    env_config = environments.EnvConfig(
+    env_config = envs.EnvConfig(
         level_name=config.level_name, num_envs=1, num_action_repeats=config.num_action_repeats
     )
-    with environments.make_environment(env_config) as env:
+    with envs.make_environment(env_config) as env:
         env_info = _EnvInfo(
             num_actions=env.num_actions,
             observation_shape=env.observation_shape,
@@ -417,7 +400,7 @@ def _learner_states(learning: _Learning, queued) -> _LearnerStates:
     if queued is not None:
         lag = learning.counters.version - float(np.mean(queued.weight_version.numpy()))
     own = [[float(stop), service.queue_size, service.trajectories_received, lag]]
-    states = distributed.gather_from_learners(np.asarray(own, np.float64), "learner_states")
+    states = allreduce.gather_from_learners(np.asarray(own, np.float64), "learner_states")
     return _LearnerStates(*states.T)
 
 
@@ -425,7 +408,7 @@ def _gather_episodes(service: transport.LearnerService) -> np.ndarray:
     """Every learner's finished games since the last step, [K, 2]: return, length in frames."""
     games = service.pop_episodes()
     # Horovod: gathered every step, by every learner, so that rank 0 reports them all.
-    return distributed.gather_from_learners(
+    return allreduce.gather_from_learners(
         np.stack([games.episode_return, games.episode_frames], axis=1).astype(np.float64),
         "episodes",
     )

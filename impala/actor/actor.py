@@ -4,61 +4,17 @@ An unroll holds `T + 1` time steps for each of the actor's `B` environments. Con
 overlap by one step, as in IMPALA: the last step of one unroll is the first step of the next, so the
 learner can bootstrap from it and evaluate the policy on every action exactly once.
 
-Time step `t` of an unroll reads: the environment handed out `observation[t]`, having paid
-`reward[t]` for the transition into it (`done[t]` means the previous episode ended and this is
-the first observation of a new one); the agent, given `prev_action[t]` and its core state, chose
-`action[t]` with logits `policy_logits[t]`.
+What each time step of an unroll holds is told in `impala.trajectory`.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-
 import numpy as np
 import tensorflow as tf
 
-import environments
 import networks
-
-
-class Steps(NamedTuple):
-    """Per-time-step fields of trajectories, time-major.
-
-    Each field is [T + 1, B, ...] in an unroll or a batch (as below) and [B, ...] for one step,
-    a numpy array or, on the learner, a tensor.
-
-    Attributes:
-      prev_action: [T + 1, B] int32 action taken before each observation.
-      reward: [T + 1, B] float32 raw reward of the transition into each observation.
-      done: [T + 1, B] bool, True where the observation starts a new episode.
-      observation: [T + 1, B, ...] observations.
-      action: [T + 1, B] int32 actions chosen by the behaviour policy.
-      policy_logits: [T + 1, B, NUM_ACTIONS] float32 behaviour-policy logits.
-    """
-
-    prev_action: np.ndarray | tf.Tensor
-    reward: np.ndarray | tf.Tensor
-    done: np.ndarray | tf.Tensor
-    observation: np.ndarray | tf.Tensor
-    action: np.ndarray | tf.Tensor
-    policy_logits: np.ndarray | tf.Tensor
-
-
-class Unroll(NamedTuple):
-    """A trajectory segment from one actor, time-major.
-
-    Attributes:
-      agent_state: the agent's core state before step 0, a nest of [B, ...] arrays (`()` for
-        feed-forward agents).
-      steps: the T + 1 time steps, [T + 1, B, ...] numpy arrays.
-      weight_version: the learner's weight version that chose actions 1..T. Action 0 is the
-        previous unroll's last action, so it may come from the version before; V-trace corrects
-        for it either way, since `steps.policy_logits` are those that really chose each action.
-    """
-
-    agent_state: Any
-    steps: Steps
-    weight_version: int
+from impala import envs
+from impala.trajectory import Steps, Unroll
 
 
 class Actor:
@@ -70,7 +26,7 @@ class Actor:
 
     def __init__(
         self,
-        env: environments.VectorEnvironment,
+        env: envs.VectorEnvironment,
         agent: networks.Agent,
         unroll_length: int,
         seed: int,
@@ -132,7 +88,7 @@ class Actor:
             weight_version=self.weight_version,
         )
 
-    def pop_episode_stats(self) -> list[environments.EpisodeStats]:
+    def pop_episode_stats(self) -> list[envs.EpisodeStats]:
         """Episodes that really finished (whole games) since the last call."""
         return self._env.pop_episode_stats()
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-import transport
+from impala import transport
 
 _IDENTITY_KEY = "identity/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -3,7 +3,7 @@
 Reports the numbers a paper reports: the real game score over all lives, unclipped, with
 random no-op starts as in training (0 to 29 frames, FIRE first where the game has it), no
 sticky actions, games capped at 108,000 frames and the observations preprocessed exactly as
-in training (`environments.make_evaluation_environment`).
+in training (`envs.make_evaluation_environment`).
 
 Taking the first N games to finish from a few environments favours short games. Instead
 N environments, each seeded `seed + k` for game k, play exactly one game each (the first),
@@ -27,10 +27,9 @@ import cv2
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
-import environments
 import networks
-import run_folder
+from impala import envs, run_folder
+from impala.learner import checkpoints
 
 POLICIES = ("sample", "greedy")
 # Environments stepped together; more games are played in rounds.
@@ -193,7 +192,7 @@ def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult
         num_games = min(MAX_PARALLEL_GAMES, config.num_episodes - first)
         env_config = environment_config(identity, num_games, seed=config.seed + first)
         render = video_dir is not None
-        with environments.make_evaluation_environment(env_config, render=render) as env:
+        with envs.make_evaluation_environment(env_config, render=render) as env:
             _check_environment(env, identity, path)
             games += play(env, policy, first_index=first + 1, video_dir=video_dir, report=report)
     result = EvalResult(checkpoint=path, policy=config.policy, games=tuple(games))
@@ -290,11 +289,9 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
     return agent
 
 
-def environment_config(
-    identity: dict[str, Any], num_games: int, seed: int
-) -> environments.EnvConfig:
+def environment_config(identity: dict[str, Any], num_games: int, seed: int) -> envs.EnvConfig:
     """The checkpoint's game, one environment per game, environment i seeded `seed + i`."""
-    return environments.EnvConfig(
+    return envs.EnvConfig(
         level_name=identity["level_name"],
         num_envs=num_games,
         seed=seed,
@@ -305,7 +302,7 @@ def environment_config(
     )
 
 
-def _check_environment(env: environments.VectorEnvironment, identity: dict, path: str) -> None:
+def _check_environment(env: envs.VectorEnvironment, identity: dict, path: str) -> None:
     """The environment must still look as it did to the network in training."""
     seen = {
         "num_actions": env.num_actions,
@@ -353,7 +350,7 @@ class Policy:
         self._state = self._agent.initial_state(batch_size)
         self._prev_action = np.zeros(batch_size, np.int32)
 
-    def __call__(self, step: environments.StepOutput) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, step: envs.StepOutput) -> tuple[np.ndarray, np.ndarray]:
         """Actions for `step` (from the env's reset or step).
 
         Returns:
@@ -383,7 +380,7 @@ def sample_actions(logits: np.ndarray, rngs: Sequence[np.random.Generator]) -> n
 
 
 def play(
-    env: environments.VectorEnvironment,
+    env: envs.VectorEnvironment,
     policy: Policy,
     first_index: int,
     video_dir: str | None,
@@ -430,7 +427,7 @@ def play(
     return [games[i] for i in sorted(games)]
 
 
-def _add_screens(env: environments.VectorEnvironment, videos: dict, final: bool) -> None:
+def _add_screens(env: envs.VectorEnvironment, videos: dict, final: bool) -> None:
     """Adds each recorded environment's screen to its video."""
     if not videos:
         return

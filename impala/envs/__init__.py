@@ -51,7 +51,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-import catch  # noqa: F401 - registers impala/Catch-v0, a game for learning tests
+from impala.envs import catch  # noqa: F401 - registers impala/Catch-v0, a game for learning tests
 
 # Emulator frames per agent step in the DeepMind Atari setup; `num_action_repeats`
 # multiplies it.

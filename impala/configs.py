@@ -1,0 +1,100 @@
+"""Hyperparameters shared by every process of a run, validated where they are built.
+
+TensorFlow-free: launchers and the frontend check a run's flags with these before starting
+anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
+OPTIMIZER_CHOICES = ("rmsprop", "adam")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Hyperparameters of the IMPALA loss and its optimiser; defaults are the paper's Atari ones."""
+
+    batch_size: int = 32
+    unroll_length: int = 20
+    discounting: float = 0.99
+    vtrace_lambda: float = 1.0  # V-trace's trace decay (the paper's remark 2)
+    normalize_advantages: bool = False  # policy-gradient advantages to mean 0, std 1 per batch
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+    reward_clipping: str = "abs_one"
+    gradients_clipping: float = 40.0  # global norm; negative (or 0) turns clipping off
+    learning_rate: float = 0.0006
+    optimizer: str = "rmsprop"
+    decay: float = 0.99
+    momentum: float = 0.0
+    epsilon: float = 0.01
+    total_environment_frames: int = 200_000_000  # the learning rate anneals to 0 over this
+    batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
+
+    def __post_init__(self):
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
+        _require(self.unroll_length >= 1, "unroll_length", self.unroll_length, "must be at least 1")
+        _require(
+            0.0 <= self.discounting <= 1.0, "discounting", self.discounting, "must be in [0, 1]"
+        )
+        _require(
+            0.0 <= self.vtrace_lambda <= 1.0,
+            "vtrace_lambda",
+            self.vtrace_lambda,
+            "must be in [0, 1]",
+        )
+        _require(self.baseline_cost >= 0, "baseline_cost", self.baseline_cost, "must be >= 0")
+        _require(self.entropy_cost >= 0, "entropy_cost", self.entropy_cost, "must be >= 0")
+        _require(
+            self.reward_clipping in REWARD_CLIPPING_CHOICES,
+            "reward_clipping",
+            self.reward_clipping,
+            f"must be one of {', '.join(REWARD_CLIPPING_CHOICES)}",
+        )
+        _require(self.batch_reuse >= 1, "batch_reuse", self.batch_reuse, "must be at least 1")
+        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+        _require(
+            self.optimizer in OPTIMIZER_CHOICES,
+            "optimizer",
+            self.optimizer,
+            f"must be one of {', '.join(OPTIMIZER_CHOICES)}",
+        )
+        _require(0.0 <= self.decay < 1.0, "decay", self.decay, "must be in [0, 1)")
+        _require(0.0 <= self.momentum < 1.0, "momentum", self.momentum, "must be in [0, 1)")
+        _require(
+            self.optimizer == "rmsprop" or self.momentum == 0.0,
+            "momentum",
+            self.momentum,
+            "is RMSProp's; --optimizer=adam has its own (beta1 0.9): leave --momentum at 0",
+        )
+        _require(self.epsilon > 0, "epsilon", self.epsilon, "must be > 0")
+        _require(
+            self.total_environment_frames >= 1,
+            "total_environment_frames",
+            self.total_environment_frames,
+            "must be at least 1",
+        )
+
+
+def _require(ok: bool, flag: str, value: Any, what: str) -> None:
+    if not ok:
+        raise ValueError(f"--{flag}={value}: {what}")
+
+
+def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:
+    """Raises a one-line error unless `--learner_hosts` is a non-empty list of host:port."""
+    if not learner_hosts:
+        raise ValueError("--learner_hosts is empty: give one host:port per learner")
+    for address in learner_hosts:
+        parse_address(address, "--learner_hosts")
+
+
+def parse_address(address: str, flag: str) -> tuple[str, int]:
+    """Splits "host:port", raising a one-line error that names `flag`."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{flag}: {address!r} is not host:port with a port in 1-65535")
+    return host, int(port)

@@ -1,0 +1,307 @@
+"""Train on this machine through the real distributed path: learners under mpirun, actor processes.
+
+  python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
+  python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4
+  python run_local.py --experiment=PongNoFrameskip-v4-20261122-101500   # resume that run
+
+Every experiment.py flag given here is passed to every process. The run lives in
+<logdir>/<experiment> (see `impala/run_folder.py`); starting again on an existing run folder
+resumes it with the flags it was started with, except those given again here. The learners'
+progress shows in the terminal; each process also logs to the run folder. Ctrl-C stops every
+process of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from absl import app, flags
+
+from impala import flags as impala_flags
+from impala import run_folder
+from impala.launch import planning
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
+flags.DEFINE_integer("num_actors", 2, "Actor processes.")
+flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
+
+# The repository root: experiment.py and the runs/ folder users know are relative to it.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclasses.dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen
+    log_path: str
+    learners: bool = False  # the learner (or the mpirun of several), stopped with SIGUSR1
+    reported: bool = False
+
+
+def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
+    """`count` distinct ports that nothing listens on right now, for servers started next.
+
+    Taken below the kernel's ephemeral range when there is room: a port the OS handed out for
+    `bind(0)` and freed again can be given to the next outgoing connection (an actor's, say)
+    before the server binds it, whereas a port outside that range is only taken by someone
+    choosing it. Where the ephemeral range covers almost everything, the OS chooses.
+
+    Raises:
+      OSError: if fewer than `count` ports are free.
+    """
+    rng = rng or random.Random()
+    low, high = _ephemeral_port_range()
+    candidates = [*range(10_000, low), *range(high + 1, 65_536)]
+    ports: list[int] = []
+    if len(candidates) >= 100 * count:
+        for port in rng.sample(candidates, len(candidates)):
+            if len(ports) == count:
+                break
+            if _bindable(port):
+                ports.append(port)
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", 0))
+            port = s.getsockname()[1]
+        if port in ports:
+            continue
+        ports.append(port)
+    return ports
+
+
+def _bindable(port: int) -> bool:
+    """Nothing listens on `port`, on any IPv4 or IPv6 address of this machine."""
+    families = [(socket.AF_INET, "0.0.0.0")]
+    if socket.has_ipv6:
+        families.append((socket.AF_INET6, "::"))
+    for family, address in families:
+        try:
+            with socket.socket(family) as s:
+                s.bind((address, port))
+        except OSError as error:
+            if family == socket.AF_INET6 and error.errno == errno.EADDRNOTAVAIL:
+                continue  # no IPv6 on this machine
+            return False
+    return True
+
+
+def _ephemeral_port_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(field) for field in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
+
+
+def plan(
+    num_learners: int, num_actors: int, flags_to_forward: list[str], python: str, as_root: bool
+) -> tuple[list[str], list[list[str]]]:
+    """The learner command (mpirun when several) and each actor's command, on localhost."""
+    learner_hosts = [f"localhost:{port}" for port in free_ports(num_learners)]
+    actor_hosts = ["localhost"] * num_actors
+    script = os.path.join(_ROOT, "experiment.py")
+    learner = planning.learner_command(python, script, learner_hosts, actor_hosts, flags_to_forward)
+    if num_learners > 1:
+        learner = planning.mpirun_command(["localhost"] * num_learners, learner, as_root)
+    actors = [
+        planning.actor_command(python, script, task, learner_hosts, actor_hosts, flags_to_forward)
+        for task in range(num_actors)
+    ]
+    return learner, actors
+
+
+def _child_setup() -> None:
+    # Own process group, so a stop reaches the whole tree; and die with the launcher, so
+    # nothing is orphaned even if it is killed outright.
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _start(name: str, argv: list[str], log_path: str, learners: bool = False) -> _Process:
+    # Appended to: a resumed run keeps the earlier part of each log.
+    log = open(log_path, "a")  # noqa: SIM115  (kept open for the child's lifetime)
+    log.write(planning.shell_line(argv) + "\n")
+    log.flush()
+    popen = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE if learners else log,  # the learners' output is shown
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_child_setup,
+        cwd=_ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return _Process(name, popen, log_path, learners)
+
+
+def _copy_output(process: _Process) -> None:
+    """Shows a process's output in the terminal and keeps it in its log."""
+    with open(process.log_path, "a") as log:
+        for line in iter(process.popen.stdout.readline, b""):
+            text = line.decode(errors="replace")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            log.write(text)
+            log.flush()
+
+
+def _stop(processes: list[_Process], timeout: float) -> None:
+    """Asks every process still running to stop, all at once, then SIGKILLs what is left after
+    `timeout`. Learners get SIGUSR1, which mpirun passes on to every rank: they finish their
+    step, save a checkpoint and exit (on SIGTERM mpirun would kill them before they save)."""
+    for process in processes:
+        if process.popen.poll() is None:
+            _signal_group(process, signal.SIGUSR1 if process.learners else signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.popen.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"[run_local] {process.name} did not stop in {timeout:.0f} s: killing it")
+            _signal_group(process, signal.SIGKILL)
+            process.popen.wait()
+
+
+def _signal_group(process: _Process, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.popen.pid, signum)
+
+
+def _supervise(learner: _Process, actors: list[_Process], stop_timeout: float) -> int:
+    """Waits for the learners to finish, reporting actors that die. Returns an exit code."""
+    while learner.popen.poll() is None:
+        for actor in actors:
+            code = actor.popen.poll()
+            if code is not None and code != 0 and not actor.reported:
+                actor.reported = True
+                print(
+                    f"[run_local] {actor.name} exited with code {code}; the others go on. "
+                    f"Its log: {actor.log_path}"
+                )
+        time.sleep(0.5)
+    code = learner.popen.returncode
+    if code != 0:
+        print(
+            f"[run_local] the learners exited with code {code}; stopping the actors. "
+            f"Log: {learner.log_path}"
+        )
+    # After a normal finish the actors hear it from their learner and exit by themselves.
+    deadline = time.monotonic() + stop_timeout
+    while code == 0 and time.monotonic() < deadline and any(a.popen.poll() is None for a in actors):
+        time.sleep(0.2)
+    _stop(actors, stop_timeout)
+    return code
+
+
+def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
+    """The experiment.py flags for every process, and the numbers of learners and actors.
+
+    Those given here; when `run_dir` is an earlier run's folder, the rest as that run was
+    started with (its flags.json, whose learner and actor lists give the numbers).
+    """
+    given = impala_flags.flag_values(only_given=True)
+    num_learners, num_actors = FLAGS.num_learners, FLAGS.num_actors
+    saved = run_folder.read_flags(run_dir)
+    if saved is None:
+        return given, num_learners, num_actors
+    if "preset" in given and given["preset"] != saved.get("preset", ""):
+        # The saved values of the old preset would be forwarded as given and beat the new one.
+        raise ValueError(
+            f"--preset={given['preset']}: {run_dir} was started with "
+            f"--preset={saved.get('preset', '')}; resume it without --preset (its flags are "
+            f"kept), or start a new run"
+        )
+    if not FLAGS["num_learners"].present:
+        num_learners = len(saved.get("learner_hosts") or [None])
+    if not FLAGS["num_actors"].present:
+        num_actors = len(saved.get("actor_hosts") or [None] * num_actors)
+    kept = {
+        name: value
+        for name, value in saved.items()
+        if name not in given
+        and name not in run_folder.PER_PROCESS_FLAGS
+        and name in FLAGS
+        and value != FLAGS[name].default
+    }
+    print(
+        f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
+        f"{num_actors} actor(s)"
+        + (f", {planning.shell_line(planning.forwarded_flags(kept))}" if kept else "")
+    )
+    return {**kept, **given}, num_learners, num_actors
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _already_stopping(signum, frame):
+    print("[run_local] already stopping: the learners are saving", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS.logdir:
+        print("run_local.py: error: --logdir is empty: the run needs a folder", file=sys.stderr)
+        return 2
+    try:
+        run_folder.check_name(FLAGS.experiment)
+        experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
+        run_dir = run_folder.path(FLAGS.logdir, experiment_name)
+        given, num_learners, num_actors = run_flags(run_dir)
+        if num_learners < 1 or num_actors < 1:
+            raise ValueError("--num_learners and --num_actors must be at least 1")
+    except ValueError as error:
+        print(f"run_local.py: error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(run_dir, exist_ok=True)
+    try:
+        learner_argv, actor_argvs = plan(
+            num_learners,
+            num_actors,
+            [
+                *planning.forwarded_flags(given),
+                f"--logdir={os.path.abspath(FLAGS.logdir)}",
+                f"--experiment={experiment_name}",
+            ],
+            sys.executable,
+            as_root=os.geteuid() == 0,
+        )
+    except OSError as error:
+        print(f"run_local.py: error: no free port for the learners: {error}", file=sys.stderr)
+        return 1
+    print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), learners=True)
+    actors = [
+        _start(f"actor {task}", argv, os.path.join(run_dir, f"actor_{task}.log"))
+        for task, argv in enumerate(actor_argvs)
+    ]
+    threading.Thread(target=_copy_output, args=(learner,), daemon=True).start()
+    try:
+        return _supervise(learner, actors, FLAGS.stop_timeout_secs)
+    except KeyboardInterrupt:
+        # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
+        # must not cut the stop short: the learners are saving.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _already_stopping)
+        print("\n[run_local] stopping every process of the run...")
+        _stop([learner, *actors], FLAGS.stop_timeout_secs)
+        print("[run_local] stopped")
+        return 130

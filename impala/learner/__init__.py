@@ -1,0 +1,1 @@
+"""The learner role: loss, optimisation step, checkpoints, all-reduce and the learner process."""

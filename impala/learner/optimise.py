@@ -1,0 +1,124 @@
+"""The learner's optimisation step: the optimiser, its learning-rate schedule, gradient clipping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sonnet as snt
+import tensorflow as tf
+
+import networks
+from impala.configs import LearnerConfig
+from impala.learner.loss import compute_loss
+from impala.trajectory import Batch
+
+
+def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
+    """The learning rate decays linearly from `learning_rate` to 0 at the frame budget."""
+    progress = tf.cast(frames, tf.float64) / float(config.total_environment_frames)
+    remaining = tf.clip_by_value(1.0 - progress, 0.0, 1.0)
+    return tf.cast(config.learning_rate * remaining, tf.float32)
+
+
+def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Optimizer:
+    """The optimiser `config.optimizer` names, reading its step size from `learning_rate`."""
+    if config.optimizer == "adam":
+        # Adam's epsilon sits outside the square root; `decay` is its second-moment decay.
+        return snt.optimizers.Adam(
+            learning_rate=learning_rate, beta2=config.decay, epsilon=config.epsilon
+        )
+    # Sonnet's RMSProp has TensorFlow 1's semantics (epsilon inside the square root), which
+    # is what the IMPALA paper's hyperparameters were tuned with.
+    return snt.optimizers.RMSProp(
+        learning_rate=learning_rate,
+        decay=config.decay,
+        momentum=config.momentum,
+        epsilon=config.epsilon,
+    )
+
+
+# Wraps the gradient tape; the distributed learner passes Horovod's DistributedGradientTape.
+TapeWrapper = Callable[[tf.GradientTape], Any]
+
+
+class Trainer:
+    """Owns the optimiser and performs IMPALA optimisation steps on one agent."""
+
+    def __init__(
+        self,
+        agent: networks.Agent,
+        config: LearnerConfig,
+        wrap_tape: TapeWrapper | None = None,
+    ):
+        """Creates the optimiser.
+
+        Args:
+          agent: the network to train; its variables must already exist.
+          config: loss and optimiser hyperparameters.
+          wrap_tape: applied to the gradient tape before gradients are taken, e.g. to average
+            gradients across learners.
+        """
+        self._agent = agent
+        self._config = config
+        self._wrap_tape = wrap_tape or (lambda tape: tape)
+        self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
+        self.optimizer = make_optimizer(config, self.learning_rate)
+        self._train_step = tf.function(self._step)
+
+    def create_optimizer_slots(self) -> None:
+        """Creates the optimiser's slot variables without changing any weight.
+
+        Needed before the optimiser state can be broadcast or restored from a checkpoint.
+        """
+        zeros = [tf.zeros_like(v) for v in self._agent.trainable_variables]
+        saved_lr = self.learning_rate.numpy()
+        self.learning_rate.assign(0.0)
+        self.optimizer.apply(zeros, self._agent.trainable_variables)
+        self.learning_rate.assign(saved_lr)
+
+    def learn(self, batch: Batch, frames: int) -> dict[str, float]:
+        """`config.batch_reuse` optimisation steps on `batch`, at `frames` frames into training.
+
+        Every step after the first learns from actions its own earlier updates did not choose:
+        V-trace's importance weights (pi / mu, clipped) correct for that.
+
+        Returns:
+          Scalar statistics of the last step: the loss terms, gradient norm and learning rate.
+        """
+        return self._optimise(batch, frames, self._config.batch_reuse)
+
+    def step(self, batch: Batch, frames: int) -> dict[str, float]:
+        """One optimisation step on `batch`, at `frames` emulator frames into training.
+
+        Returns:
+          Scalar statistics of the step: the loss terms, gradient norm and learning rate.
+        """
+        return self._optimise(batch, frames, 1)
+
+    def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
+        self.learning_rate.assign(annealed_learning_rate(self._config, frames))
+        batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
+        for _ in range(num_steps):
+            stats = self._train_step(batch)
+        return {name: float(value) for name, value in stats.items()}
+
+    def _step(self, batch: Batch) -> dict[str, tf.Tensor]:
+        variables = self._agent.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = compute_loss(self._agent, batch, self._config)
+        gradients = self._wrap_tape(tape).gradient(loss.total, variables)
+        gradient_norm = tf.linalg.global_norm(gradients)
+        if self._config.gradients_clipping > 0:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._config.gradients_clipping, use_norm=gradient_norm
+            )
+        self.optimizer.apply(gradients, variables)
+        return {
+            "loss/total": loss.total,
+            "loss/policy_gradient": loss.policy_gradient,
+            "loss/baseline": loss.baseline,
+            "loss/entropy": loss.entropy,
+            "gradient_norm": gradient_norm,
+            "learning_rate": tf.identity(self.learning_rate),
+        }
