@@ -290,39 +290,41 @@ def test_full_queue_blocks_the_actor_until_the_learner_dequeues(make_service):
     service, address = make_service(spec, queue_capacity=3)
     rng = np.random.default_rng(6)
     client = _client(address, spec)
-    first, second = _unroll(spec, 2, rng, first_env=0), _unroll(spec, 2, rng, first_env=2)
-    client.send(first)
-    assert service.queue_size == 2
+    unrolls = [_unroll(spec, 2, rng, first_env=2 * i) for i in range(3)]
+    client.send(unrolls[0])
+    # Not full yet (2 of 3): the next chunk goes in whole, passing the capacity by one.
+    client.send(unrolls[1])
+    assert service.queue_size == 4
 
-    sending = _Thread(client.send, second)  # 2 more do not fit in 3
+    sending = _Thread(client.send, unrolls[2])  # full: waits for the learner
     time.sleep(0.5)
-    assert sending.is_alive(), "send returned although the queue had no room for its unroll"
-    # A chunk goes in whole or not at all: the learner never sees half of an actor's unroll
-    # ahead of room for the rest.
-    assert service.queue_size == 2
+    assert sending.is_alive(), "send returned although the queue was full"
+    assert service.queue_size == 4
 
-    head = service.dequeue(2)
+    batches = [service.dequeue(2)]
     sending.join()
     assert sending.error is None
-    tail = service.dequeue(2)
+    batches += [service.dequeue(2), service.dequeue(2)]
     assert service.queue_size == 0
-    # One actor's trajectories stay in order: the whole first unroll, then the second.
-    _assert_same_trajectories(head, first)
-    _assert_same_trajectories(tail, second, first_env=2)
+    # One actor's trajectories stay in order, each unroll whole.
+    for index, (batch, unroll) in enumerate(zip(batches, unrolls, strict=True)):
+        _assert_same_trajectories(batch, unroll, first_env=2 * index)
 
 
-def test_chunk_larger_than_the_queue_goes_in_as_the_learner_dequeues(make_service):
+def test_a_queue_of_one_batch_fills_whatever_the_chunk_sizes(make_service):
+    # Chunks of 3 against a capacity and batch of 4: refusing a chunk that does not fit whole
+    # left 3 queued, the learner waiting for a fourth and every actor waiting for room.
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec, queue_capacity=2)
-    unroll = _unroll(spec, 3, np.random.default_rng(13))  # one chunk of 3 trajectories
-    sending = _Thread(_client(address, spec).send, unroll)
-    _wait_until(lambda: service.queue_size == 2)
-    head = service.dequeue(2)
-    sending.join()
-    assert sending.error is None
-    tail = service.dequeue(1)
-    np.testing.assert_array_equal(np.asarray(head.steps.action)[0], [0, 1])
-    np.testing.assert_array_equal(np.asarray(tail.steps.action)[0], [2])
+    service, address = make_service(spec, queue_capacity=4)
+    rng = np.random.default_rng(13)
+    _client(address, spec, actor_task=0).send(_unroll(spec, 3, rng))
+    sender = _Thread(_client(address, spec, actor_task=1).send, _unroll(spec, 3, rng))
+    # The learner waits for a whole batch to be queued before it dequeues one.
+    _wait_until(lambda: service.queue_size >= 4)
+    sender.join()
+    assert sender.error is None
+    assert np.asarray(service.dequeue(4).actor_task).tolist() == [0, 0, 0, 1]
+    assert service.queue_size == 2
 
 
 def test_after_close_every_call_raises_learner_finished(make_service):
@@ -354,18 +356,6 @@ def test_close_releases_an_actor_waiting_for_room(make_service):
     sending = _Thread(client.send, _unroll(spec, 1, rng))
     time.sleep(0.5)
     assert sending.is_alive(), "send returned although the queue was full"
-    service.close()
-    sending.join()
-    assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)
-
-
-def test_close_releases_an_enqueue_blocked_inside_the_learner(make_service):
-    # A chunk larger than the whole queue is let in and waits, inside the learner, for room.
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec, queue_capacity=2)
-    sending = _Thread(_client(address, spec).send, _unroll(spec, 3, np.random.default_rng(14)))
-    _wait_until(lambda: service.queue_size == 2)  # 2 of 3 in: the enqueue is under way
-    assert sending.is_alive()
     service.close()
     sending.join()
     assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)

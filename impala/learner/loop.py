@@ -74,6 +74,11 @@ class LearnerJobConfig:
         run_folder.check_name(self.experiment)
         if self.queue_capacity < 0:
             raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
+        if 0 < self.queue_capacity < self.learner.batch_size:
+            raise ValueError(
+                f"--queue_capacity={self.queue_capacity}: must be 0 or at least --batch_size="
+                f"{self.learner.batch_size}, or no batch ever fills"
+            )
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints={self.keep_checkpoints}: must be >= 1")
         if self.save_every_secs <= 0:

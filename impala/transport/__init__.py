@@ -217,7 +217,10 @@ class LearnerService:
           variables: the weights actors fetch, in a fixed order.
           learner_index: this learner's index; actor task i belongs to learner i % num_learners.
           num_learners: the number of learners.
-          queue_capacity: trajectories the queue holds before `enqueue` blocks the actor.
+          queue_capacity: trajectories the queue holds before `enqueue` asks actors to wait. A
+            chunk is accepted while fewer are queued, so the queue may pass it by one chunk;
+            that way a capacity of one batch cannot leave the learner short of a batch while
+            every actor waits for room.
         """
         self.spec = spec
         self._identity = json.dumps(identity, sort_keys=True)
@@ -226,8 +229,9 @@ class LearnerService:
         self._num_learners = num_learners
         self._queue_capacity = queue_capacity
         specs = spec.queue_specs()
+        # Unbounded underneath: `_enqueue` bounds it, and never blocks a server thread.
         self._queue = tf.queue.FIFOQueue(
-            queue_capacity, [s.dtype for s in specs], shapes=[s.shape for s in specs]
+            -1, [s.dtype for s in specs], shapes=[s.shape for s in specs]
         )
         self._episodes = tf.queue.FIFOQueue(
             1 << 20, [tf.int32, tf.float32, tf.int64, tf.int64], shapes=[[], [], [], []]
@@ -332,9 +336,10 @@ class LearnerService:
             return tf.constant(ACCEPTED)
 
         # Never block a server thread on a full queue: the actor retries shortly (backpressure
-        # without RPCs that outlive a learner). An over-large chunk is let into an empty queue.
-        size = self._queue.size()
-        full = tf.logical_and(size > 0, size + count > self._queue_capacity)
+        # without RPCs that outlive a learner). A chunk that does not fit whole is still let in
+        # while the queue is not full: refusing it could leave fewer than a batch queued and
+        # every actor waiting for room (a deadlock when the capacity is close to a batch).
+        full = self._queue.size() >= self._queue_capacity
         return tf.cond(
             self._finished,
             lambda: tf.constant(FINISHED),
