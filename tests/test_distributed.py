@@ -141,7 +141,16 @@ TWO_LEARNERS = (
 
 
 def _run_local_argv(runs, *flags):
-    return [sys.executable, "-u", "run_local.py", f"--logdir={runs}", *flags]
+    # run_local.py itself without the ML stack: only the processes it starts need it.
+    return [
+        sys.executable,
+        "-u",
+        "-m",
+        "tests.without_ml_stack",
+        "run_local.py",
+        f"--logdir={runs}",
+        *flags,
+    ]
 
 
 def _run_local(tmp_path, *flags, timeout=300):

@@ -295,8 +295,17 @@ def test_a_recurrent_agent_carries_its_state_and_resets_it_where_a_game_starts()
 
 
 def _experiment(*flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    # Without Horovod: evaluating a checkpoint must not need the learners' stack.
     return subprocess.run(
-        [sys.executable, "experiment.py", "--mode=test", *flags],
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "--refuse=horovod",
+            "experiment.py",
+            "--mode=test",
+            *flags,
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,0 +1,71 @@
+"""Each role imports only its own stack: the launchers run without TensorFlow and the rest of the
+ML stack, and actors and --mode=test without Horovod.
+
+Each command runs through `tests.without_ml_stack`, which makes the refused modules unimportable
+in that process. run_local.py's whole run goes that way in `test_distributed.py` too, and
+--mode=test's games without Horovod in `test_evaluation.py`.
+"""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+from impala.launch.single_host import free_ports
+
+EXAMPLE_CSV = "--workers_csv_path=sandbox/local_workers_example.csv"
+
+
+def _run(*argv, refuse=None):
+    prefix = [sys.executable, "-m", "tests.without_ml_stack"]
+    if refuse:
+        prefix.append(f"--refuse={refuse}")
+    return subprocess.run(
+        [*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_frontend_plans_and_reports_status_without_the_ml_stack():
+    dry_run = _run("run_experiment_mm_raw.py", EXAMPLE_CSV, "--batch_size=16", "--dry_run")
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert dry_run.stdout.count("--batch_size=16") == 3  # the learner and both actors
+    status = _run(
+        "run_experiment_mm_raw.py", EXAMPLE_CSV, "--experiment=no-such-run", "--action=status"
+    )
+    assert status.returncode == 0, status.stderr
+    assert [line.split()[:2] for line in status.stdout.splitlines()[1:]] == [
+        ["localhost", "learners"],
+        ["localhost", "actor_0"],
+        ["localhost", "actor_1"],
+    ]
+
+
+def test_run_local_checks_its_flags_without_the_ml_stack():
+    completed = _run("run_local.py", "--num_actors=0")
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[-1] == (
+        "run_local.py: error: --num_learners and --num_actors must be at least 1"
+    )
+
+
+def test_an_actor_runs_without_horovod():
+    (port,) = free_ports(1)  # nobody listens there: the actor gives up after its timeout
+    completed = _run(
+        "experiment.py",
+        "--job_name=actor",
+        "--level_name=impala/Catch-v0",
+        "--agent_name=MLPAgent",
+        f"--learner_hosts=localhost:{port}",
+        "--connect_timeout_secs=1",
+        refuse="horovod",
+    )
+    assert completed.returncode == 1, completed.stderr
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("experiment.py: error: ") and f"localhost:{port}" in last
+    assert "Traceback" not in completed.stderr
+
+
+def test_the_refusal_is_real():
+    completed = _run("experiment.py", "--job_name=learner", refuse="horovod")
+    assert completed.returncode != 0
+    assert "horovod is made unimportable by tests.without_ml_stack" in completed.stderr
