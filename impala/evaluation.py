@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 import networks
-from impala import envs, run_folder
+from impala import envs, run_folder, run_identity
 from impala.learner import checkpoints
 
 POLICIES = ("sample", "greedy")
@@ -304,12 +304,7 @@ def environment_config(identity: dict[str, Any], num_games: int, seed: int) -> e
 
 def _check_environment(env: envs.VectorEnvironment, identity: dict, path: str) -> None:
     """The environment must still look as it did to the network in training."""
-    seen = {
-        "num_actions": env.num_actions,
-        "observation_shape": list(env.observation_shape),
-        "observation_dtype": env.observation_dtype.name,
-    }
-    for key, value in seen.items():
+    for key, value in run_identity.environment_view(env).items():
         if identity[key] != value:
             raise ValueError(
                 f"{identity['level_name']} now has {key} {value}, but the checkpoint {path} "

@@ -20,9 +20,7 @@ def _run(*argv, refuse=None):
     prefix = [sys.executable, "-m", "tests.without_ml_stack"]
     if refuse:
         prefix.append(f"--refuse={refuse}")
-    return subprocess.run(
-        [*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([*prefix, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_the_frontend_plans_and_reports_status_without_the_ml_stack():

@@ -8,12 +8,11 @@ rename, "latest" still names the previous complete checkpoint.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import tensorflow as tf
 
-from impala import transport
+from impala import run_identity
 
 _IDENTITY_KEY = "identity/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -28,7 +27,7 @@ def read_identity(path: str) -> dict[str, Any]:
       The identity a `Checkpointer` saved (`level_name`, `agent_name`, `num_actions`, ...).
     """
     saved = tf.train.load_variable(path, _IDENTITY_KEY)
-    return json.loads(saved.decode() if isinstance(saved, bytes) else str(saved))
+    return run_identity.decode(saved)
 
 
 def read_counter(path: str, name: str) -> int:
@@ -55,7 +54,7 @@ class Checkpointer:
         self.version = tf.Variable(0, dtype=tf.int64, trainable=False)
         # Seconds spent training, so that a resumed run's time axis excludes the pause.
         self.training_secs = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self._identity = json.dumps(identity, sort_keys=True)
+        self._identity = run_identity.encode(identity)
         self._checkpoint = tf.train.Checkpoint(
             agent=agent,
             optimizer=optimizer,
@@ -84,9 +83,9 @@ class Checkpointer:
         if path is None:
             return None
         saved = read_identity(path)
-        if saved != json.loads(self._identity):
-            differences = transport.identity_mismatch(
-                json.loads(self._identity), saved, "this run", "the checkpoint"
+        if saved != run_identity.decode(self._identity):
+            differences = run_identity.mismatch(
+                run_identity.decode(self._identity), saved, "this run", "the checkpoint"
             )
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
         self._checkpoint.restore(path).assert_existing_objects_matched()

@@ -16,7 +16,6 @@ Two facts about the RPC layer shape this module (both measured, see README):
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import uuid
@@ -27,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import errors_impl
 
+from impala import run_identity
 from impala.trajectory import Steps, Unroll
 
 # Under gRPC's 4 MiB limit, leaving room for the other fields and the message framing.
@@ -143,16 +143,16 @@ def describe(
         state_shapes=tuple(tuple(int(d) for d in s.shape[1:]) for s in flat_state),
         state_dtypes=tuple(s.dtype.name for s in flat_state),
     )
-    identity = {
-        "level_name": level_name,
-        "agent_name": type(agent).__name__,
-        "num_actions": spec.num_actions,
-        "observation_shape": list(spec.observation_shape),
-        "observation_dtype": spec.observation_dtype,
-        "unroll_length": unroll_length,
-        "num_action_repeats": num_action_repeats,
-        "frames_per_step": int(env.frames_per_step),
-    }
+    identity = run_identity.make(
+        level_name=level_name,
+        agent_name=type(agent).__name__,
+        num_actions=spec.num_actions,
+        observation_shape=spec.observation_shape,
+        observation_dtype=spec.observation_dtype,
+        unroll_length=unroll_length,
+        num_action_repeats=num_action_repeats,
+        frames_per_step=env.frames_per_step,
+    )
     return spec, identity
 
 
@@ -179,19 +179,6 @@ class EpisodeBatch(NamedTuple):
     episode_return: np.ndarray
     episode_steps: np.ndarray
     episode_frames: np.ndarray
-
-
-def identity_mismatch(
-    reference: dict, other: dict, reference_name: str = "learner", other_name: str = "actor"
-) -> str:
-    """One line naming every setting in which `other` (an actor, a checkpoint) differs from
-    `reference` (its learner, this run), with both values, or ''."""
-    differences = [
-        f"{key}: {other_name} has {other.get(key)!r}, {reference_name} has {reference.get(key)!r}"
-        for key in sorted(set(reference) | set(other))
-        if reference.get(key) != other.get(key)
-    ]
-    return "; ".join(differences)
 
 
 class LearnerService:
@@ -223,7 +210,7 @@ class LearnerService:
             every actor waits for room.
         """
         self.spec = spec
-        self._identity = json.dumps(identity, sort_keys=True)
+        self._identity = run_identity.encode(identity)
         self._variables = list(variables)
         self._learner_index = learner_index
         self._num_learners = num_learners
@@ -460,17 +447,17 @@ class ActorClient:
         answer = (
             self._call(
                 "hello",
-                tf.constant(json.dumps(identity, sort_keys=True)),
+                tf.constant(run_identity.encode(identity)),
                 tf.constant(actor_task, tf.int32),
             )
             .numpy()
             .decode()
         )
         if answer.startswith("MISMATCH:"):
-            learner_identity = json.loads(answer[len("MISMATCH:") :])
+            learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
             raise MismatchError(
                 f"actor {actor_task} does not match its learner at {address}: "
-                + identity_mismatch(learner_identity, identity)
+                + run_identity.mismatch(learner_identity, identity)
             )
         if answer:
             raise MismatchError(f"actor {actor_task} at learner {address}: {answer}")

@@ -1,0 +1,80 @@
+"""A run's identity: the settings every actor, learner and checkpoint of one run must share.
+
+An actor says hello with it and its learner compares; a checkpoint stores it and a resume or
+--mode=test compares. TensorFlow-free: it is a dictionary of plain values, kept as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Every key of an identity, in the order they are described.
+KEYS = (
+    "level_name",
+    "agent_name",
+    "num_actions",
+    "observation_shape",
+    "observation_dtype",
+    "unroll_length",
+    "num_action_repeats",
+    "frames_per_step",
+)
+
+# What the environment must still show for a network trained on it to make sense.
+ENVIRONMENT_KEYS = ("num_actions", "observation_shape", "observation_dtype")
+
+
+def make(
+    *,
+    level_name: str,
+    agent_name: str,
+    num_actions: int,
+    observation_shape: tuple[int, ...],
+    observation_dtype: str,
+    unroll_length: int,
+    num_action_repeats: int,
+    frames_per_step: int,
+) -> dict[str, Any]:
+    """The identity of a run with these settings (JSON-ready values)."""
+    return {
+        "level_name": level_name,
+        "agent_name": agent_name,
+        "num_actions": int(num_actions),
+        "observation_shape": [int(d) for d in observation_shape],
+        "observation_dtype": observation_dtype,
+        "unroll_length": int(unroll_length),
+        "num_action_repeats": int(num_action_repeats),
+        "frames_per_step": int(frames_per_step),
+    }
+
+
+def environment_view(env) -> dict[str, Any]:
+    """The `ENVIRONMENT_KEYS` of an identity, as `env` (a `VectorEnvironment`) shows them now."""
+    return {
+        "num_actions": int(env.num_actions),
+        "observation_shape": [int(d) for d in env.observation_shape],
+        "observation_dtype": env.observation_dtype.name,
+    }
+
+
+def encode(identity: dict[str, Any]) -> str:
+    """The identity as canonical JSON: equal identities give equal strings."""
+    return json.dumps(identity, sort_keys=True)
+
+
+def decode(encoded: str | bytes) -> dict[str, Any]:
+    return json.loads(encoded.decode() if isinstance(encoded, bytes) else str(encoded))
+
+
+def mismatch(
+    reference: dict, other: dict, reference_name: str = "learner", other_name: str = "actor"
+) -> str:
+    """One line naming every setting in which `other` (an actor, a checkpoint) differs from
+    `reference` (its learner, this run), with both values, or ''."""
+    differences = [
+        f"{key}: {other_name} has {other.get(key)!r}, {reference_name} has {reference.get(key)!r}"
+        for key in sorted(set(reference) | set(other))
+        if reference.get(key) != other.get(key)
+    ]
+    return "; ".join(differences)
