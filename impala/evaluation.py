@@ -351,12 +351,7 @@ class Policy:
         Returns:
           (int64 [B] actions, float32 [B, num_actions] policy logits).
         """
-        inputs = networks.AgentInput(
-            prev_action=tf.constant(self._prev_action, tf.int32),
-            reward=tf.constant(step.reward, tf.float32),
-            done=tf.constant(step.done, tf.bool),
-            observation=tf.constant(step.observation),
-        )
+        inputs = networks.make_input(self._prev_action, step.reward, step.done, step.observation)
         output, self._state = self._step(inputs, self._state)
         logits = output.policy_logits.numpy()
         actions = logits.argmax(axis=1) if self._greedy else sample_actions(logits, self._rngs)

@@ -26,6 +26,7 @@ from networks.base import (
     AgentState,
     build_variables,
     dummy_inputs,
+    make_input,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "build_variables",
     "dummy_inputs",
     "make_agent",
+    "make_input",
 ]

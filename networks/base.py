@@ -40,6 +40,17 @@ class AgentInput(NamedTuple):
     observation: tf.Tensor
 
 
+def make_input(prev_action, reward, done, observation) -> AgentInput:
+    """The agent's input for one step ([B]) or an unroll ([T, B]), from numpy arrays or tensors,
+    in the dtypes every agent expects (observations keep theirs: uint8 frames stay compact)."""
+    return AgentInput(
+        prev_action=tf.cast(prev_action, tf.int32),
+        reward=tf.cast(reward, tf.float32),
+        done=tf.cast(done, tf.bool),
+        observation=tf.convert_to_tensor(observation),
+    )
+
+
 class AgentOutput(NamedTuple):
     """Network outputs; the actor samples actions from `policy_logits` itself.
 

@@ -96,12 +96,7 @@ class Actor:
         # The state before this step is what the learner must start from if this step opens
         # the next unroll.
         self._core_state_before_last = self._core_state
-        inputs = networks.AgentInput(
-            prev_action=tf.constant(prev_action, tf.int32),
-            reward=tf.constant(reward, tf.float32),
-            done=tf.constant(done, tf.bool),
-            observation=tf.constant(observation),
-        )
+        inputs = networks.make_input(prev_action, reward, done, observation)
         action, logits, self._core_state = self._policy(inputs, self._core_state)
         return Steps(
             prev_action=np.asarray(prev_action, np.int32),

@@ -60,12 +60,7 @@ class LossTerms(NamedTuple):
 def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> LossTerms:
     """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms."""
     steps = batch.steps
-    inputs = networks.AgentInput(
-        prev_action=steps.prev_action,
-        reward=steps.reward,
-        done=steps.done,
-        observation=steps.observation,
-    )
+    inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
     outputs, _ = agent.unroll(inputs, batch.agent_state)
     # Step T is only there to bootstrap from: it is trained on as step 0 of the next unroll.
     bootstrap_value = outputs.baseline[-1]
