@@ -136,7 +136,7 @@ def actor_job_config_from_flags():
     )
 
 
-def run_local() -> None:
+def run_single_process() -> None:
     from impala import single_process
 
     config = local_config_from_flags()
@@ -176,7 +176,7 @@ def run_test() -> None:
     evaluation.run(evaluation_config_from_flags())
 
 
-ROLES = {"local": run_local, "learner": run_learner, "actor": run_actor}
+ROLES = {"local": run_single_process, "learner": run_learner, "actor": run_actor}
 
 
 def _interrupt(signum, frame):

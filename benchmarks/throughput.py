@@ -36,7 +36,7 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 import networks
-from impala import configs, envs, trajectory
+from impala import build, configs, trajectory
 from impala.launch import planning
 from impala.learner import optimise
 from impala.trajectory import Steps
@@ -62,10 +62,7 @@ def _timed(step, seconds: float, warmup: int = 3) -> float:
 
 def measure_env(level: str, num_envs: int, num_action_repeats: int, seconds: float):
     """Agent steps/s of one actor's environments with random actions, and their specs."""
-    config = envs.EnvConfig(
-        level_name=level, num_envs=num_envs, num_action_repeats=num_action_repeats
-    )
-    with envs.make_environment(config) as env:
+    with build.environment(level, num_envs, num_action_repeats=num_action_repeats) as env:
         env.reset()
         rng = np.random.default_rng(0)
 

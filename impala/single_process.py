@@ -16,6 +16,7 @@ from collections.abc import Callable
 import networks
 from impala import envs
 from impala.actor.actor import Actor
+from impala.build import environment_and_agent
 from impala.configs import LearnerConfig
 from impala.learner.optimise import Trainer
 from impala.progress import Progress
@@ -39,19 +40,13 @@ def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
 
     The actor steps `batch_size` environments at once, so each unroll is one whole batch.
     """
-    env_config = envs.EnvConfig(
-        level_name=config.level_name,
+    return environment_and_agent(
+        config.level_name,
+        config.agent_name,
         num_envs=config.learner.batch_size,
         seed=config.seed,
         num_action_repeats=config.num_action_repeats,
     )
-    env = envs.make_environment(env_config)
-    try:
-        agent = networks.make_agent(config.agent_name, env.num_actions)
-    except ValueError:
-        env.close()
-        raise
-    return env, agent
 
 
 def train(

@@ -14,8 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-import networks
-from impala import envs, transport
+from impala import build, transport
 from impala.actor.actor import Actor
 from impala.configs import check_learner_hosts
 
@@ -54,15 +53,10 @@ class ActorJobConfig:
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
-    env_config = envs.EnvConfig(
-        level_name=config.level_name,
-        num_envs=config.num_envs,
-        seed=env_seed,
-        num_action_repeats=config.num_action_repeats,
-    )
-    with envs.make_environment(env_config) as env:
-        agent = networks.make_agent(config.agent_name, env.num_actions)
-        networks.build_variables(agent, env.observation_shape, env.observation_dtype)
+    with build.environment(
+        config.level_name, config.num_envs, env_seed, config.num_action_repeats
+    ) as env:
+        agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(
             env, agent, config.unroll_length, config.level_name, config.num_action_repeats
         )

@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import networks
-from impala import envs, run_folder, transport
+from impala import build, run_folder, transport
 from impala.configs import LearnerConfig, check_learner_hosts
 from impala.learner import allreduce, checkpoints
 from impala.learner.optimise import Trainer
@@ -327,18 +327,16 @@ def _steady_rate(counters: _Counters, frames: int) -> float | None:
 
 def _build_agent(config: LearnerJobConfig):
     """Reads the environment's specs from one instance and builds the agent's variables."""
-    env_config = envs.EnvConfig(
-        level_name=config.level_name, num_envs=1, num_action_repeats=config.num_action_repeats
-    )
-    with envs.make_environment(env_config) as env:
+    with build.environment(
+        config.level_name, num_envs=1, num_action_repeats=config.num_action_repeats
+    ) as env:
         env_info = _EnvInfo(
             num_actions=env.num_actions,
             observation_shape=env.observation_shape,
             observation_dtype=env.observation_dtype,
             frames_per_step=env.frames_per_step,
         )
-    agent = networks.make_agent(config.agent_name, env_info.num_actions)
-    networks.build_variables(agent, env_info.observation_shape, env_info.observation_dtype)
+        agent = build.agent(config.agent_name, env)
     return env_info, agent
 
 

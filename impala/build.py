@@ -1,0 +1,44 @@
+"""Building a run's environments and agent from its settings: one way, for every role.
+
+The actor, the learner, the single-process trainer, --mode=test and the benchmarks all build
+them here, so that they see the same game the same way and the same network.
+"""
+
+from __future__ import annotations
+
+import networks
+from impala import envs
+
+
+def environment(
+    level_name: str, num_envs: int, seed: int = 0, num_action_repeats: int = 1
+) -> envs.VectorEnvironment:
+    """`num_envs` environments of `level_name` as training sees them; ValueError names a bad
+    flag. Environment i is seeded `seed + i`."""
+    return envs.make_environment(
+        envs.EnvConfig(
+            level_name=level_name,
+            num_envs=num_envs,
+            seed=seed,
+            num_action_repeats=num_action_repeats,
+        )
+    )
+
+
+def agent(agent_name: str, env: envs.VectorEnvironment) -> networks.Agent:
+    """The network `agent_name` for `env`'s actions and observations, its variables created."""
+    built = networks.make_agent(agent_name, env.num_actions)
+    networks.build_variables(built, env.observation_shape, env.observation_dtype)
+    return built
+
+
+def environment_and_agent(
+    level_name: str, agent_name: str, num_envs: int, seed: int = 0, num_action_repeats: int = 1
+) -> tuple[envs.VectorEnvironment, networks.Agent]:
+    """Both of the above; the environments are closed again if the agent cannot be built."""
+    env = environment(level_name, num_envs, seed, num_action_repeats)
+    try:
+        return env, agent(agent_name, env)
+    except BaseException:
+        env.close()
+        raise

@@ -1,0 +1,29 @@
+"""--job_name=local: the actor and the learner in one process, taking turns."""
+
+from impala import single_process
+from impala.configs import LearnerConfig
+
+
+def test_trains_to_its_budget_and_reports_the_games_played():
+    config = single_process.LocalConfig(
+        level_name="impala/Catch-v0",
+        agent_name="MLPAgent",
+        log_every_secs=0.0,
+        learner=LearnerConfig(
+            batch_size=4, unroll_length=10, learning_rate=0.001, total_environment_frames=2000
+        ),
+    )
+    lines = []
+    env, agent = single_process.build(config)
+    before = [v.numpy().copy() for v in agent.trainable_variables]
+    with env:
+        progress = single_process.train(config, env, agent, report=lines.append)
+    assert env.num_envs == 4  # one actor stepping a whole batch of environments
+    assert progress.done and progress.frames == 2000  # 50 batches of 4 x 10 steps
+    assert lines[0].startswith("training MLPAgent on impala/Catch-v0 in one process: 40 ")
+    assert len(lines) == 51  # the start, then one progress line per batch here
+    # Catch games last 9 steps: every environment finished several, each scoring -1 or +1.
+    assert progress.episodes >= 4 * 4
+    assert -1.0 <= progress.mean_return <= 1.0
+    after = agent.trainable_variables
+    assert any(not (b == a.numpy()).all() for b, a in zip(before, after, strict=True))
