@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from impala.learner.store import FifoStore
 from impala.trajectory import Steps, Unroll
 from impala.transport import (
     MAX_MESSAGE_BYTES,
@@ -359,6 +360,56 @@ def test_close_releases_an_actor_waiting_for_room(make_service):
     service.close()
     sending.join()
     assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)
+
+
+# ---- The trajectory store -------------------------------------------------------------------
+
+
+def test_fifo_store_admits_while_not_full_and_hands_out_in_order():
+    # What any `TrajectoryStore` is asked, run as the service runs it: inside tf.functions.
+    # Earlier tests' RPC futures are collected first: a future collected while a function is
+    # traced puts its deletion into that function's graph, which then fails when run twice.
+    gc.collect()
+    store = FifoStore([tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.float32)], capacity=3)
+    admit, take = tf.function(store.admit), tf.function(store.take)
+
+    def chunk(first, count):
+        ids = tf.range(first, first + count)
+        return [ids, tf.cast(tf.stack([ids, -ids], axis=1), tf.float32)]
+
+    assert store.capacity == 3
+    assert bool(admit(chunk(0, 2)))
+    assert bool(admit(chunk(2, 2)))  # 2 of 3: let in whole, passing the capacity by one
+    assert int(store.size()) == 4
+    assert not bool(admit(chunk(4, 1)))  # full: refused at once, nothing stored
+    assert int(store.size()) == 4
+
+    ids, values = take(tf.constant(3))
+    assert ids.numpy().tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(values.numpy(), [[0, 0], [1, -1], [2, -2]])
+    assert bool(admit(chunk(4, 1)))
+    store.close()
+    # What was stored before closing can still be taken, and no more.
+    assert take(tf.constant(2))[0].numpy().tolist() == [3, 4]
+    with pytest.raises(tf.errors.OutOfRangeError):
+        take(tf.constant(1))
+
+
+def test_the_service_keeps_trajectories_in_the_store_it_is_given():
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    store = FifoStore(spec.queue_specs(), capacity=5)
+    with pytest.raises(ValueError, match="either queue_capacity"):
+        LearnerService(_free_address(), spec, IDENTITY, [], 0, 1, 5, store=store)
+    address = _free_address()
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store)
+    try:
+        assert service.queue_capacity == 5
+        unroll = _unroll(spec, 2, np.random.default_rng(14))
+        _client(address, spec).send(unroll)
+        assert int(store.size()) == service.queue_size == 2
+        _assert_same_trajectories(service.dequeue(2), unroll)
+    finally:
+        service.close()
 
 
 # ---- Unreachable learner --------------------------------------------------------------------
