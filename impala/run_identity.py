@@ -21,6 +21,17 @@ KEYS = (
     "frames_per_step",
 )
 
+# What a checkpoint must match to be resumed: the unroll length, the batch size and the like may
+# change between the starts of a run.
+CHECKPOINT_KEYS = (
+    "level_name",
+    "agent_name",
+    "num_actions",
+    "observation_shape",
+    "observation_dtype",
+    "num_action_repeats",
+)
+
 # What the environment must still show for a network trained on it to make sense.
 ENVIRONMENT_KEYS = ("num_actions", "observation_shape", "observation_dtype")
 

@@ -129,6 +129,18 @@ def processes_with(text: str) -> list[str]:
     ]
 
 
+def pids_with(*texts: str) -> list[int]:
+    """Process ids of the running processes whose full command line contains every one of
+    `texts`."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    pids = []
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if all(text in args for text in texts) and "ps -ww" not in args:
+            pids.append(int(pid))
+    return pids
+
+
 def read_text(path) -> str:
     """The file's text, or '' if it does not exist yet."""
     try:

@@ -144,8 +144,12 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     first = processes.experiment("learner_1", *learner_flags)
     actor = processes.experiment("actor", "--job_name=actor", "--task=0", *common)
     wait_until(lambda: "  step " in processes.log(first), 120, lambda: processes.log(first))
+    # No more trajectories: the learner cannot reach its budget before the signal, however
+    # fast this machine (it can still train on what is queued, a few steps).
+    actor.send_signal(signal.SIGSTOP)
     first.send_signal(signal.SIGTERM)
     assert processes.wait(first, 60) == 130, processes.log(first)
+    actor.send_signal(signal.SIGCONT)
     stopped = json.loads(read_text(run_dir / "learner_0.json"))
     assert stopped["stopped_early"] and 0 < stopped["frames"] < BUDGET
     assert f"at {stopped['frames']} frames, weight version {stopped['weights_version']}" in (

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, processes_with, wait_until
+from conftest import ROOT, pids_with, processes_with, wait_until
 
 import networks
 from impala import envs
@@ -200,7 +200,16 @@ def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_
         ),
     )
     wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
+    # No more trajectories: the learners cannot reach their budget before Ctrl-C, however
+    # fast this machine (they can still train on what is queued, a few steps).
+    actors = pids_with("experiment.py --job_name=actor", f"--logdir={runs}")
+    assert len(actors) == 2, processes_with(f"--logdir={runs}")
+    for pid in actors:
+        os.kill(pid, signal.SIGSTOP)
     first.send_signal(signal.SIGINT)  # Ctrl-C
+    wait_until(lambda: " checkpoint " in processes.log(first), 60, lambda: processes.log(first))
+    for pid in actors:
+        os.kill(pid, signal.SIGCONT)  # so that they hear run_local's SIGTERM
     assert processes.wait(first, 60) == 130, processes.log(first)
     stopped = _summaries(run_dir)
     assert len(stopped) == 2 and all(s["stopped_early"] for s in stopped)

@@ -2,7 +2,7 @@
 
 import shlex
 
-from impala.launch import hosts, planning, workers_csv
+from impala.launch import planning, tmux, workers_csv
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
 CSV = f"""{HEADER}
@@ -129,7 +129,7 @@ def test_learners_on_one_host_need_no_ssh_config(tmp_path):
 
 def test_tmux_window_keeps_its_pane_in_the_same_command_list():
     window = planning.Window("actor_3", "python x.py")
-    assert hosts.tmux_new_window("impala_run", window, first=True) == [
+    assert tmux.tmux_new_window("impala_run", window, first=True) == [
         "new-session",
         "-d",
         "-s",
@@ -145,7 +145,7 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
         "remain-on-exit",
         "on",
     ]
-    assert hosts.tmux_new_window("impala_run", window, first=False)[:5] == [
+    assert tmux.tmux_new_window("impala_run", window, first=False)[:5] == [
         "new-window",
         "-d",
         "-t",
@@ -153,9 +153,9 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
         "-n",
     ]
     # Sessions are matched exactly, never as a prefix of another session's name.
-    assert hosts.tmux_kill_session("impala_run") == ["kill-session", "-t", "=impala_run"]
+    assert tmux.tmux_kill_session("impala_run") == ["kill-session", "-t", "=impala_run"]
     # Learners are stopped through their mpirun, which passes SIGUSR1 on to every rank.
-    assert hosts.stop_learners_command("impala_run") == (
+    assert tmux.stop_learners_command("impala_run") == (
         'pkill -USR1 -x mpirun -P "$(tmux display-message -p -t =impala_run:learners '
         "'#{pane_pid}')\""
     )
@@ -163,7 +163,7 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
 
 def test_status_parsing_and_summary_line():
     listing = "learners|0|\nactor_0|1|137\n"
-    assert hosts.parse_status(listing) == [("learners", True, ""), ("actor_0", False, "137")]
+    assert tmux.parse_status(listing) == [("learners", True, ""), ("actor_0", False, "137")]
     screen = "12:00 frames 1k/2M [--] | 900 frames/s\n12:00   step 3 | loss 1.0\n\n"
-    assert hosts.summary_line(screen) == "12:00 frames 1k/2M [--] | 900 frames/s"
-    assert hosts.summary_line("starting\nconnected\n") == "connected"
+    assert tmux.summary_line(screen) == "12:00 frames 1k/2M [--] | 900 frames/s"
+    assert tmux.summary_line("starting\nconnected\n") == "connected"

@@ -97,18 +97,39 @@ def mpirun_command(
       env_vars: environment variables mpirun passes on to every rank.
       extra: further mpirun options (e.g. how to reach other hosts).
     """
+    options = ["--allow-run-as-root"] if as_root else []
+    for name in env_vars:
+        options += ["-x", name]
+    return _mpirun(hosts, [*options, *extra], [command], np_first=True)
+
+
+def _mpirun(
+    hosts: Sequence[str],
+    options: Sequence[str],
+    app_contexts: Sequence[Sequence[str]],
+    np_first: bool = False,
+) -> list[str]:
+    """The `mpirun` argv of both learner launches: the ranks' hosts and how ranks map to them,
+    `options`, then what the ranks run.
+
+    Args:
+      hosts: the host of each rank, in rank order (a host may repeat: one slot per rank).
+      options: further mpirun options, after the host and mapping ones.
+      app_contexts: one argv per app context, `:` between two; each gives its own `-np`
+        unless `np_first`.
+      np_first: `-np <len(hosts)>` first of all, for one app context that runs every rank.
+    """
     slots: dict[str, int] = {}
     for host in hosts:
         slots[host] = slots.get(host, 0) + 1
-    argv = ["mpirun", "-np", str(len(hosts)), "-H", ",".join(f"{h}:{n}" for h, n in slots.items())]
+    argv = ["mpirun", *(["-np", str(len(hosts))] if np_first else [])]
+    argv += ["-H", ",".join(f"{h}:{n}" for h, n in slots.items())]
     # Learners are few and each uses several threads: no binding to one core, and rank r goes
     # to the r-th host listed.
-    argv += ["--bind-to", "none", "--map-by", "slot"]
-    if as_root:
-        argv.append("--allow-run-as-root")
-    for name in env_vars:
-        argv += ["-x", name]
-    return [*argv, *extra, *command]
+    argv += ["--bind-to", "none", "--map-by", "slot", *options]
+    for index, context in enumerate(app_contexts):
+        argv += [*([":"] if index else []), *context]
+    return argv
 
 
 def shell_line(argv: Sequence[str]) -> str:
@@ -245,23 +266,9 @@ def plan_run(
 
 def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:
     """One mpirun, one app context per learner: each with its own workdir, python and GPUs."""
-    slots: dict[str, int] = {}
-    for worker in learners:
-        slots[worker.host] = slots.get(worker.host, 0) + 1
-    argv = [
-        "mpirun",
-        "-H",
-        ",".join(f"{h}:{n}" for h, n in slots.items()),
-        "--bind-to",
-        "none",
-        "--map-by",
-        "slot",
-        "-x",
-        "PYTHONUNBUFFERED=1",
-        *extra,
-    ]
+    options = ["-x", "PYTHONUNBUFFERED=1", *extra]
     if learners[0].ssh_user == "root":
-        argv.append("--allow-run-as-root")
+        options.append("--allow-run-as-root")
     contexts = []
     for worker in learners:
         command = learner_command(worker.python, "experiment.py", learner_hosts, actor_hosts, flags)
@@ -276,8 +283,7 @@ def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:
                 *command,
             ]
         )
-    for index, context in enumerate(contexts):
-        argv += ([":"] if index else []) + context
+    argv = _mpirun([worker.host for worker in learners], options, contexts)
     return shell_line(argv)
 
 

@@ -9,9 +9,7 @@ budget is global: all learners count the frames of all learners, so they stop at
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import os
 import threading
 import time
 from collections import Counter
@@ -24,7 +22,7 @@ import tensorflow as tf
 import networks
 from impala import build, run_folder, transport
 from impala.configs import LearnerConfig, check_learner_hosts
-from impala.learner import allreduce, checkpoints
+from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
 from impala.learner.summaries import Summaries
 from impala.progress import Progress
@@ -126,7 +124,7 @@ class _Learning:
     service: transport.LearnerService
     env_info: _EnvInfo
     counters: _Counters
-    saver: _Saver
+    saver: saving.Saver
     report: Callable[[str], None]  # rank 0's report; other ranks' is silent
     summaries: Summaries | None  # rank 0 with a run folder only
 
@@ -140,7 +138,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
             f"{topology.size} were started (mpirun -np must match)"
         )
     chief_report = report if topology.is_chief else (lambda line: None)
-    run_dir = _run_folder(config, topology)
+    run_dir = saving.make_run_folder(config, topology)
     tf.random.set_seed(config.seed)
     env_info, agent = _build_agent(config)
     trainer = Trainer(agent, config.learner, wrap_tape=allreduce.wrap_tape)
@@ -148,7 +146,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
     )
-    checkpointer = _make_checkpointer(run_dir, config, agent, trainer, identity)
+    checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
     resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
     # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
     # restored from a checkpoint or freshly initialised.
@@ -161,7 +159,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     if run_dir and topology.is_chief:
         # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
         # saved flags as they were.
-        _save_flags(run_dir, config.flag_values, chief_report)
+        saving.save_flags(run_dir, config.flag_values, chief_report)
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
         spec=spec,
@@ -180,7 +178,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     if resumed_from:
         chief_report(
             f"resumed from {resumed_from}: {start_frames} frames done, weight version "
-            f"{counters.version}, weights sha256 {weights_checksum(agent.variables)}"
+            f"{counters.version}, weights sha256 {saving.weights_checksum(agent.variables)}"
         )
     chief_report(
         f"learner {topology.rank}/{topology.size} serving {config.level_name} with "
@@ -195,7 +193,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         service=service,
         env_info=env_info,
         counters=counters,
-        saver=_Saver(
+        saver=saving.Saver(
             checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
         ),
         report=chief_report,
@@ -222,7 +220,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "frames": progress.frames,
         "steps": counters.steps,
         "weights_version": counters.version,
-        "weights_sha256": weights_checksum(agent.variables),
+        "weights_sha256": saving.weights_checksum(agent.variables),
         "trajectories_by_actor": {
             str(k): v for k, v in sorted(counters.trajectories_by_actor.items())
         },
@@ -234,87 +232,12 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "resumed_from": resumed_from,
         "stopped_early": not progress.done,
     }
-    _write_summary(run_dir, topology.rank, summary)
+    saving.write_summary(run_dir, topology.rank, summary)
     chief_report(f"done: {progress.summary()}")
     # Horovod: no learner exits before rank 0 has saved. mpirun kills every rank as soon as one
     # exits with an error status, which a stopped learner does.
     allreduce.wait_for_learners("exit")
     return summary
-
-
-def _run_folder(config: LearnerJobConfig, topology) -> str:
-    """The run folder, created ('' without --logdir); rank 0 names it if --experiment does not."""
-    if not config.logdir:
-        return ""
-    name = config.experiment
-    if not name:
-        # Horovod: every learner writes into the folder rank 0 named, whatever its clock says.
-        name = allreduce.broadcast_object_from_chief(
-            run_folder.default_name(config.level_name) if topology.is_chief else None
-        )
-    run_dir = run_folder.path(config.logdir, name)
-    os.makedirs(run_dir, exist_ok=True)
-    return run_dir
-
-
-def _save_flags(run_dir: str, flag_values: Mapping[str, Any], report) -> None:
-    """Saves the run's flags, saying first which ones differ from an earlier start's."""
-    saved = run_folder.read_flags(run_dir)
-    if saved is None:
-        report(f"run folder {run_dir}")
-    else:
-        changed = run_folder.changed_flags(saved, flag_values)
-        report(
-            f"run folder {run_dir} exists: resuming it"
-            + (f", with changed flags: {'; '.join(changed)}" if changed else "")
-        )
-    if flag_values:
-        run_folder.write_flags(run_dir, flag_values)
-
-
-def _make_checkpointer(
-    run_dir, config, agent, trainer, identity
-) -> checkpoints.Checkpointer | None:
-    if not run_dir:
-        return None
-    # What a checkpoint must match to be resumed; the unroll length, batch size and the like
-    # may change between runs.
-    keys = (
-        "level_name",
-        "agent_name",
-        "num_actions",
-        "observation_shape",
-        "observation_dtype",
-        "num_action_repeats",
-    )
-    return checkpoints.Checkpointer(
-        os.path.join(run_dir, run_folder.CHECKPOINTS),
-        agent,
-        trainer.optimizer,
-        {key: identity[key] for key in keys},
-        keep=config.keep_checkpoints,
-    )
-
-
-class _Saver:
-    """Writes rank 0's checkpoints every `every_secs` and when asked (other ranks: never)."""
-
-    def __init__(self, checkpointer, every_secs: float, report):
-        self._checkpointer = checkpointer
-        self._every_secs = every_secs
-        self._report = report
-        self._next = time.monotonic() + every_secs
-
-    def maybe_save(self, frames: int, version: int, training_secs: float) -> None:
-        if time.monotonic() >= self._next:
-            self.save(frames, version, training_secs)
-
-    def save(self, frames: int, version: int, training_secs: float) -> None:
-        if self._checkpointer is None:
-            return
-        path = self._checkpointer.save(frames, version, training_secs)
-        self._report(f"checkpoint {path} at {frames} frames, weight version {version}")
-        self._next = time.monotonic() + self._every_secs
 
 
 def _steady_rate(counters: _Counters, frames: int) -> float | None:
@@ -354,7 +277,7 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
     frames_per_trajectory = config.learner.unroll_length * learning.env_info.frames_per_step
     frames_per_step_all_learners = batch_size * frames_per_trajectory * learning.topology.size
     progress = Progress(config.learner.total_environment_frames, start_frames=start_frames)
-    next_report = time.monotonic() + config.log_every_secs
+    next_report = time.monotonic()  # the first step is reported at once, then every few seconds
     while not progress.done:
         queued = _wait_for_batch(service, batch_size, config, learning.topology)
         learners = _learner_states(learning, queued)
@@ -471,17 +394,3 @@ def _to_batch(queued: transport.QueuedTrajectories, agent: networks.Agent) -> Ba
     """Restores the agent's core-state structure, which the queue holds flattened."""
     agent_state = tf.nest.pack_sequence_as(agent.initial_state(1), queued.agent_state)
     return Batch(agent_state=agent_state, steps=queued.steps)
-
-
-def weights_checksum(variables) -> str:
-    """SHA-256 of the exact weight bytes, to compare learners."""
-    hasher = hashlib.sha256()
-    for variable in variables:
-        hasher.update(np.ascontiguousarray(variable.numpy()).tobytes())
-    return hasher.hexdigest()
-
-
-def _write_summary(run_dir: str, rank: int, summary: dict) -> None:
-    if not run_dir:
-        return
-    run_folder.write_json(os.path.join(run_dir, f"learner_{rank}.json"), summary)

@@ -1,0 +1,203 @@
+"""Evaluation (`experiment.py --mode=test`): play whole games with a checkpoint's policy.
+
+Reports the numbers a paper reports: the real game score over all lives, unclipped, with
+random no-op starts as in training (0 to 29 frames, FIRE first where the game has it), no
+sticky actions, games capped at 108,000 frames and the observations preprocessed exactly as
+in training (`envs.make_evaluation_environment`).
+
+Taking the first N games to finish from a few environments favours short games. Instead
+N environments, each seeded `seed + k` for game k, play exactly one game each (the first),
+in rounds of at most `MAX_PARALLEL_GAMES`.
+
+With `record_video`, each game becomes `<video_dir>/game_<k>.mp4` (k from 1): one frame per
+agent step, at the game's real speed (15 frames/s for Atari), from the first screen of the
+game to its last, so a game of S agent steps has S + 1 frames. A video is written under a
+temporary name and renamed when its game is over: an interrupted evaluation leaves no
+half-written MP4 under a final name.
+
+The package: `restore` finds, checks and restores the checkpoint; `play` plays the games;
+`video` writes them as MP4s; here are the options, the result and `run`, which joins them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from impala import envs
+from impala.evaluation.play import Game, Policy, play, sample_actions, score_text
+from impala.evaluation.restore import (
+    check_environment,
+    check_identity,
+    environment_config,
+    read_identity,
+    resolve_checkpoint,
+    restore_agent,
+    run_folder_of,
+)
+from impala.evaluation.video import Video, make_folder
+from impala.learner import checkpoints
+
+__all__ = [
+    "MAX_PARALLEL_GAMES",
+    "POLICIES",
+    "EvalConfig",
+    "EvalResult",
+    "Game",
+    "Policy",
+    "Video",
+    "check_identity",
+    "environment_config",
+    "play",
+    "read_identity",
+    "resolve_checkpoint",
+    "restore_agent",
+    "run",
+    "run_folder_of",
+    "sample_actions",
+]
+
+POLICIES = ("sample", "greedy")
+# Environments stepped together; more games are played in rounds.
+MAX_PARALLEL_GAMES = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    """What to evaluate and how.
+
+    Attributes:
+      checkpoint: a run folder (its latest checkpoint), its `checkpoints/` folder (its
+        latest) or one checkpoint such as `runs/pong/checkpoints/ckpt-25`.
+      num_episodes: whole games to play.
+      policy: "sample" (from the policy's softmax) or "greedy" (its most likely action).
+      record_video: write one MP4 per game.
+      video_dir: where the MP4s go; '' for `<run folder>/videos`, the run folder being the
+        one that holds the checkpoint's `checkpoints/` folder.
+      seed: game k (from 0) is seeded `seed + k`; action sampling is seeded `seed`.
+      level_name, agent_name: None to play what the checkpoint holds; given, they must
+        match it.
+    """
+
+    checkpoint: str
+    num_episodes: int = 10
+    policy: str = "sample"
+    record_video: bool = False
+    video_dir: str = ""
+    seed: int = 0
+    level_name: str | None = None
+    agent_name: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.checkpoint, str) or not self.checkpoint:
+            raise ValueError("--checkpoint is empty: give a run folder or a checkpoint")
+        if not _is_int(self.num_episodes) or self.num_episodes < 1:
+            raise ValueError(f"--test_num_episodes={self.num_episodes!r}: must be an int >= 1")
+        if self.policy not in POLICIES:
+            raise ValueError(f"--test_policy={self.policy!r}: must be 'sample' or 'greedy'")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"--seed={self.seed!r}: must be an int >= 0")
+        if not isinstance(self.record_video, bool):
+            raise ValueError(f"--record_video={self.record_video!r}: must be True or False")
+        if not isinstance(self.video_dir, str):
+            raise ValueError(f"--video_dir={self.video_dir!r}: must be a folder path or ''")
+        for flag, value in (("level_name", self.level_name), ("agent_name", self.agent_name)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"--{flag}={value!r}: must be a name, or left out")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """The games a checkpoint played, in order, and the statistics of their scores.
+
+    `std` is the population standard deviation (0 for one game).
+    """
+
+    checkpoint: str
+    policy: str
+    games: tuple[Game, ...]
+
+    @property
+    def scores(self) -> tuple[float, ...]:
+        return tuple(game.score for game in self.games)
+
+    @property
+    def videos(self) -> tuple[str, ...]:
+        return tuple(game.video for game in self.games if game.video)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.scores))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.scores))
+
+    @property
+    def min(self) -> float:
+        return float(np.min(self.scores))
+
+    @property
+    def max(self) -> float:
+        return float(np.max(self.scores))
+
+    def summary(self) -> str:
+        """E.g. 'score over 10 games (sampled policy): mean 12.3, std 4.5, min 5, max 19'."""
+        return (
+            f"score over {len(self.games)} games ({_POLICY_WORDS[self.policy]}): mean "
+            f"{self.mean:.1f}, std {self.std:.1f}, min {score_text(self.min)}, max "
+            f"{score_text(self.max)}"
+        )
+
+
+_POLICY_WORDS = {"sample": "sampled policy", "greedy": "greedy policy"}
+
+
+def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult:
+    """Loads the checkpoint's agent and plays `config.num_episodes` whole games with it.
+
+    Raises:
+      ValueError: one line, for a checkpoint that cannot be found or read, a
+        `level_name` / `agent_name` other than the checkpoint's, or a game that cannot
+        be recorded.
+    """
+    path = resolve_checkpoint(config.checkpoint)
+    identity = read_identity(path)
+    check_identity(identity, config, path)
+    agent = restore_agent(path, identity)
+    report(
+        f"checkpoint {path}: {identity['level_name']} with {identity['agent_name']}, "
+        f"{checkpoints.read_counter(path, 'frames'):,} frames, weight version "
+        f"{checkpoints.read_counter(path, 'version')}"
+    )
+    video_dir = None
+    if config.record_video:
+        # One folder per checkpoint, so that evaluating another one keeps these videos.
+        video_dir = config.video_dir or os.path.join(
+            run_folder_of(path), "videos", os.path.basename(path)
+        )
+        make_folder(video_dir)
+    policy = Policy(agent, greedy=config.policy == "greedy", seed=config.seed)
+    report(
+        f"playing {config.num_episodes} games ({_POLICY_WORDS[config.policy]}), "
+        f"{min(config.num_episodes, MAX_PARALLEL_GAMES)} at a time"
+    )
+    games: list[Game] = []
+    for first in range(0, config.num_episodes, MAX_PARALLEL_GAMES):
+        num_games = min(MAX_PARALLEL_GAMES, config.num_episodes - first)
+        env_config = environment_config(identity, num_games, seed=config.seed + first)
+        render = video_dir is not None
+        with envs.make_evaluation_environment(env_config, render=render) as env:
+            check_environment(env, identity, path)
+            games += play(env, policy, first_index=first + 1, video_dir=video_dir, report=report)
+    result = EvalResult(checkpoint=path, policy=config.policy, games=tuple(games))
+    report(result.summary())
+    return result

@@ -1,0 +1,123 @@
+"""The checkpoint `--checkpoint` names: finding it, reading and checking what it was trained
+on, restoring its agent, and the environments that play its game."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+import networks
+from impala import envs, run_folder, run_identity
+from impala.learner import checkpoints
+
+if TYPE_CHECKING:
+    from impala.evaluation import EvalConfig
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """The one checkpoint that `--checkpoint` names.
+
+    Args:
+      checkpoint: a run folder (its latest checkpoint), its `checkpoints/` folder (its
+        latest) or one checkpoint's path prefix, e.g. `runs/x/checkpoints/ckpt-25`.
+
+    Raises:
+      ValueError: naming the path, if it is none of these or holds no checkpoint.
+    """
+    if os.path.isdir(checkpoint):
+        folder = os.path.join(checkpoint, run_folder.CHECKPOINTS)
+        if not os.path.isdir(folder):
+            folder = checkpoint
+        latest = tf.train.latest_checkpoint(folder)
+        if latest is None:
+            raise ValueError(f"--checkpoint={checkpoint}: no checkpoint in {folder}")
+        return latest
+    if os.path.isfile(checkpoint + ".index"):
+        return checkpoint
+    raise ValueError(
+        f"--checkpoint={checkpoint}: no such run folder, checkpoints folder or checkpoint "
+        f"(e.g. runs/pong, runs/pong/checkpoints or runs/pong/checkpoints/ckpt-25)"
+    )
+
+
+def run_folder_of(path: str) -> str:
+    """The run folder of checkpoint `path`: the folder that holds its `checkpoints/` folder
+    (the checkpoint's own folder if that is not called so)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder) == run_folder.CHECKPOINTS:
+        return os.path.dirname(folder)
+    return folder
+
+
+def read_identity(path: str) -> dict[str, Any]:
+    """The checkpoint's environment and network, or a one-line ValueError naming it."""
+    try:
+        return checkpoints.read_identity(path)
+    except (tf.errors.OpError, ValueError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(
+            f"{path}: not a checkpoint of this project's learner ({message})"
+        ) from error
+
+
+def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> None:
+    """Raises a one-line ValueError if an explicit --level_name or --agent_name differs."""
+    if config.level_name is not None and config.level_name != identity["level_name"]:
+        raise ValueError(
+            f"--level_name={config.level_name} differs from the checkpoint's "
+            f"{identity['level_name']} ({path}); leave --level_name out to play its game"
+        )
+    # Agent names are case-insensitive, as for training.
+    if config.agent_name is not None and config.agent_name.lower() != (
+        identity["agent_name"].lower()
+    ):
+        raise ValueError(
+            f"--agent_name={config.agent_name} differs from the checkpoint's "
+            f"{identity['agent_name']} ({path}); leave --agent_name out to use its network"
+        )
+
+
+def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
+    """Builds the checkpoint's network and restores every one of its weights from `path`.
+
+    Raises:
+      ValueError: the checkpoint lacks some of the network's weights.
+    """
+    agent = networks.make_agent(identity["agent_name"], identity["num_actions"])
+    networks.build_variables(
+        agent, tuple(identity["observation_shape"]), identity["observation_dtype"]
+    )
+    status = tf.train.Checkpoint(agent=agent).restore(path)
+    status.expect_partial()  # The optimizer's slots and the counters are not needed here.
+    try:
+        status.assert_existing_objects_matched()  # But every weight of the agent is.
+    except AssertionError as error:
+        raise ValueError(
+            f"{path}: does not hold all weights of a {identity['agent_name']}"
+        ) from error
+    return agent
+
+
+def environment_config(identity: dict[str, Any], num_games: int, seed: int) -> envs.EnvConfig:
+    """The checkpoint's game, one environment per game, environment i seeded `seed + i`."""
+    return envs.EnvConfig(
+        level_name=identity["level_name"],
+        num_envs=num_games,
+        seed=seed,
+        num_action_repeats=identity["num_action_repeats"],
+        # As in training, a lost Atari life is a `done` for the agent (a recurrent one
+        # starts afresh there); the game goes on, and the scores are of whole games.
+        episodic_life=True,
+    )
+
+
+def check_environment(env: envs.VectorEnvironment, identity: dict, path: str) -> None:
+    """The environment must still look as it did to the network in training."""
+    for key, value in run_identity.environment_view(env).items():
+        if identity[key] != value:
+            raise ValueError(
+                f"{identity['level_name']} now has {key} {value}, but the checkpoint {path} "
+                f"was trained with {identity[key]}"
+            )
