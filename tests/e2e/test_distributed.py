@@ -15,12 +15,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, pids_with, processes_with, wait_until
 
 import networks
 from impala import envs
 from impala.envs import catch
 from impala.launch.single_host import free_ports
+from tests.helpers import ROOT, pids_with, processes_with, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -270,7 +270,8 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     assert "observation_shape: actor has [4], learner has [84, 84, 4]" in log
 
     # One good actor dies; the learner finishes its budget with the other.
-    wait_until(lambda: "step" in processes.log(learner_process), 120, "learner never stepped")
+    # "  step ": the progress line of a step (the start-up line says "per agent step").
+    wait_until(lambda: "  step " in processes.log(learner_process), 120, "learner never stepped")
     good[0].kill()
     assert processes.wait(learner_process, 180) == 0, processes.log(learner_process)
     assert processes.wait(good[1], 30) == 0

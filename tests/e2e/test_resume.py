@@ -1,8 +1,8 @@
-"""Checkpoints: round trip, crash-safe "latest", refusing another run's checkpoint, and a real
-learner stopped with SIGTERM that resumes where it stopped."""
+"""A run stopped and started again: a learner stopped with SIGTERM resumes where it stopped,
+with its curves going on; a start that fails leaves the run's saved flags alone; a resume with
+another preset is refused."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -10,120 +10,14 @@ import sys
 import cv2
 import numpy as np
 import pytest
-import tensorflow as tf
-from conftest import ROOT, read_text, wait_until
-from tensorflow.python.checkpoint import checkpoint_management
 
-import networks
 import plot
-from impala import configs, trajectory
+from impala import run_folder
 from impala.launch.single_host import free_ports
-from impala.learner import checkpoints, optimise
-from impala.trajectory import Steps
+from tests.helpers import ROOT, read_text, wait_until
 
 # Frames: one learner step is 4 trajectories x 5 agent steps x 1 frame = 20 frames.
 BUDGET = 6_000
-IDENTITY = {"level_name": "CartPole-v1", "agent_name": "MLPAgent", "num_actions": 2}
-
-
-def _trainer(seed):
-    tf.random.set_seed(seed)
-    agent = networks.make_agent("MLPAgent", 2)
-    networks.build_variables(agent, (4,), np.float32)
-    trainer = optimise.Trainer(agent, configs.LearnerConfig())
-    trainer.create_optimizer_slots()
-    return agent, trainer
-
-
-def _values(variables):
-    return [v.numpy().copy() for v in variables]
-
-
-def _train_a_little(agent, trainer):
-    rng = np.random.default_rng(0)
-    batch = trajectory.Batch(
-        agent_state=(),
-        steps=Steps(
-            prev_action=np.zeros((4, 3), np.int32),
-            reward=rng.normal(size=(4, 3)).astype(np.float32),
-            done=np.zeros((4, 3), bool),
-            observation=rng.normal(size=(4, 3, 4)).astype(np.float32),
-            action=rng.integers(0, 2, (4, 3)).astype(np.int32),
-            policy_logits=np.zeros((4, 3, 2), np.float32),
-        ),
-    )
-    trainer.step(batch, frames=0)
-
-
-def test_round_trip_restores_weights_optimizer_state_and_counters(tmp_path):
-    agent, trainer = _trainer(seed=0)
-    _train_a_little(agent, trainer)
-    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2)
-    path = saver.save(frames=12_345, version=7)
-    saved = _values(agent.variables), _values(trainer.optimizer.variables)
-
-    fresh_agent, fresh_trainer = _trainer(seed=1)
-    assert not np.allclose(_values(fresh_agent.variables)[0], saved[0][0])
-    loader = checkpoints.Checkpointer(
-        str(tmp_path), fresh_agent, fresh_trainer.optimizer, IDENTITY, keep=2
-    )
-    assert loader.restore_latest() == path
-    for restored, original in zip(_values(fresh_agent.variables), saved[0], strict=True):
-        np.testing.assert_array_equal(restored, original)
-    for restored, original in zip(
-        _values(fresh_trainer.optimizer.variables), saved[1], strict=True
-    ):
-        np.testing.assert_array_equal(restored, original)
-    assert (int(loader.frames), int(loader.version)) == (12_345, 7)
-
-
-def test_keeps_only_the_last_checkpoints(tmp_path):
-    agent, trainer = _trainer(seed=0)
-    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2)
-    for version in range(1, 5):
-        saver.save(frames=version * 100, version=version)
-    indexes = sorted(name for name in os.listdir(tmp_path) if name.endswith(".index"))
-    assert indexes == ["ckpt-3.index", "ckpt-4.index"]
-
-
-def test_a_write_interrupted_before_it_completes_never_becomes_latest(tmp_path, monkeypatch):
-    agent, trainer = _trainer(seed=0)
-    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
-    good = saver.save(frames=100, version=1)
-    good_weights = _values(agent.variables)
-
-    _train_a_little(agent, trainer)
-
-    def crash(*args, **kwargs):
-        raise RuntimeError("simulated crash while writing a checkpoint")
-
-    # The data files of checkpoint 2 get written; the process dies before "latest" moves.
-    monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", crash)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        saver.save(frames=200, version=2)
-    monkeypatch.undo()
-    assert any(name.startswith("ckpt-2") for name in os.listdir(tmp_path))
-
-    fresh_agent, fresh_trainer = _trainer(seed=1)
-    loader = checkpoints.Checkpointer(
-        str(tmp_path), fresh_agent, fresh_trainer.optimizer, IDENTITY, keep=3
-    )
-    assert loader.restore_latest() == good
-    assert int(loader.frames) == 100
-    for restored, original in zip(_values(fresh_agent.variables), good_weights, strict=True):
-        np.testing.assert_array_equal(restored, original)
-
-
-def test_refuses_a_checkpoint_from_another_environment_naming_both(tmp_path):
-    agent, trainer = _trainer(seed=0)
-    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=1).save(1, 1)
-    other = dict(IDENTITY, level_name="Acrobot-v1")
-    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, other, keep=1)
-    with pytest.raises(
-        checkpoints.CheckpointMismatchError,
-        match="level_name: the checkpoint has 'CartPole-v1', this run has 'Acrobot-v1'",
-    ):
-        loader.restore_latest()
 
 
 @pytest.mark.slow
@@ -209,7 +103,8 @@ def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
     # of trajectories out of 16, not a count, a byte size or a rate.
     queued = scalars["learner_0/queue_fill"][1] * 16
     np.testing.assert_allclose(queued, np.round(queued), atol=1e-4)
-    assert np.all((queued >= 0) & (queued <= 16))
+    # A chunk is let in while the queue is not full: up to one actor's 2 trajectories past it.
+    assert np.all((queued >= 0) & (queued <= 16 + 2))
     learning_rates = scalars["optimizer/learning_rate"][1]
     assert np.all(np.diff(learning_rates) <= 0) and learning_rates[0] <= np.float32(
         6e-4
@@ -229,3 +124,41 @@ def _check_plot(run_dir, out):
     image = cv2.imread(str(out))
     assert image is not None and image.shape[0] > 200 and image.shape[1] > 400
     assert str(out) in completed.stdout
+
+
+def test_a_start_that_fails_leaves_the_runs_saved_flags_alone(processes, tmp_path):
+    run_folder.write_flags(str(tmp_path / "run"), {"level_name": "PongNoFrameskip-v4"})
+    (port,) = free_ports(1)
+    learner = processes.experiment(
+        "learner",
+        "--job_name=learner",
+        f"--learner_hosts=localhost:{port}",
+        f"--logdir={tmp_path}",
+        "--experiment=run",
+        "--level_name=PongNoFrameskip-v5",  # a typo
+    )
+    assert processes.wait(learner, 120) == 2
+    assert "'PongNoFrameskip-v5' is not a registered Gymnasium id" in processes.log(learner)
+    assert run_folder.read_flags(str(tmp_path / "run")) == {"level_name": "PongNoFrameskip-v4"}
+
+
+def test_resuming_with_another_preset_is_refused_in_one_line(tmp_path):
+    run_folder.write_flags(str(tmp_path / "run"), {"preset": "", "batch_size": 16})
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "run_local.py",
+            f"--logdir={tmp_path}",
+            "--experiment=run",
+            "--preset=paper",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        f"run_local.py: error: --preset=paper: {tmp_path / 'run'} was started with --preset=; "
+        "resume it without --preset (its flags are kept), or start a new run"
+    )

@@ -4,7 +4,9 @@ import os
 import subprocess
 
 import pytest
-from conftest import (
+
+from impala.launch.single_host import free_ports
+from tests.helpers import (
     ROOT,
     SMALL_RUN_FLAGS,
     processes_with,
@@ -12,8 +14,6 @@ from conftest import (
     run_frontend,
     wait_until,
 )
-
-from impala.launch.single_host import free_ports
 
 # The example from the original project's README, unchanged but for the CSV path.
 ORIGINAL_EXAMPLE = [

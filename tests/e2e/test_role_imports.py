@@ -9,9 +9,8 @@ in that process. run_local.py's whole run goes that way in `test_distributed.py`
 import subprocess
 import sys
 
-from conftest import ROOT
-
 from impala.launch.single_host import free_ports
+from tests.helpers import ROOT
 
 EXAMPLE_CSV = "--workers_csv_path=sandbox/local_workers_example.csv"
 

@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 from absl.testing import flagsaver
-from conftest import ROOT, processes_with, read_text, wait_until
-from helpers import save_checkpoints
 
 import experiment
 import plot
 from benchmarks import learning
 from impala import evaluation
+from tests.fake_runs import save_checkpoints
+from tests.helpers import ROOT, processes_with, read_text, wait_until
 
 
 def _curve(returns, window):

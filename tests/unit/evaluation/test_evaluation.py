@@ -4,16 +4,11 @@ with the checkpoint's policy, and each becomes an MP4 of the real game."""
 
 import dataclasses
 import os
-import re
-import subprocess
-import sys
 
 import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT
-from helpers import save_checkpoints
 
 import networks
 from impala import evaluation
@@ -25,8 +20,8 @@ from impala.envs import (
     make_evaluation_environment,
 )
 from impala.evaluation import EvalConfig
-from impala.launch.single_host import free_ports
 from impala.learner import checkpoints
+from tests.videos import check_video
 
 BREAKOUT = "BreakoutNoFrameskip-v4"
 
@@ -118,12 +113,6 @@ def test_screens_only_where_asked_and_possible():
 # --------------------------------------------------------------------------- #
 # Checkpoints.
 # --------------------------------------------------------------------------- #
-
-
-@pytest.fixture
-def cartpole_run(tmp_path):
-    run_dir = str(tmp_path / "run")
-    return run_dir, save_checkpoints(run_dir)
 
 
 def test_a_run_folder_its_checkpoints_folder_and_one_checkpoint(cartpole_run):
@@ -289,59 +278,6 @@ def test_a_recurrent_agent_carries_its_state_and_resets_it_where_a_game_starts()
     np.testing.assert_array_equal(np.array(actions), np.array(logits).argmax(axis=2))
 
 
-# --------------------------------------------------------------------------- #
-# experiment.py --mode=test, end to end.
-# --------------------------------------------------------------------------- #
-
-
-def _experiment(*flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    # Without Horovod: evaluating a checkpoint must not need the learners' stack.
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.without_ml_stack",
-            "--refuse=horovod",
-            "experiment.py",
-            "--mode=test",
-            *flags,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-_GAME_LINE = re.compile(r"game (\d+): score (\d+), (\d+) frames \((\d+) steps\), video (\S+)")
-
-
-def _read_video(path: str) -> tuple[np.ndarray, dict[str, float]]:
-    """All frames of an MP4 ([T, height, width, 3] BGR) and what its header says."""
-    capture = cv2.VideoCapture(path)
-    assert capture.isOpened(), path
-    header = {
-        "frames": capture.get(cv2.CAP_PROP_FRAME_COUNT),
-        "fps": capture.get(cv2.CAP_PROP_FPS),
-        "size": (capture.get(cv2.CAP_PROP_FRAME_WIDTH), capture.get(cv2.CAP_PROP_FRAME_HEIGHT)),
-    }
-    frames = []
-    while (frame := capture.read()[1]) is not None:
-        frames.append(frame)
-    capture.release()
-    return np.array(frames), header
-
-
-def _check_video(path: str, steps: int, fps: float, size: tuple[int, int]) -> np.ndarray:
-    """The game's MP4: its first screen, then one per agent step, at the game's real speed."""
-    frames, header = _read_video(path)
-    assert header == {"frames": steps + 1, "fps": fps, "size": size}
-    assert len(frames) == steps + 1
-    assert frames.std() > 20  # Something drawn, not a blank screen.
-    assert np.abs(np.diff(frames.astype(np.int16), axis=0)).max() > 0  # Something moves.
-    return frames
-
-
 def test_cartpole_games_are_recorded_at_their_real_speed(cartpole_run, tmp_path):
     run_dir, _ = cartpole_run
     video_dir = str(tmp_path / "cartpole_videos")
@@ -349,7 +285,7 @@ def test_cartpole_games_are_recorded_at_their_real_speed(cartpole_run, tmp_path)
     result = evaluation.run(config, report=lambda line: None)
     assert result.videos == tuple(os.path.join(video_dir, f"game_{k}.mp4") for k in (1, 2))
     for game in result.games:
-        _check_video(game.video, game.steps, fps=50, size=(600, 400))
+        check_video(game.video, game.steps, fps=50, size=(600, 400))
 
 
 class _WatchedPolicy(evaluation.Policy):
@@ -390,55 +326,3 @@ def test_an_interrupted_game_leaves_no_video(tmp_path):
     ):
         evaluation.play(env, policy, first_index=1, video_dir=str(tmp_path), report=print)
     assert len(policy.dones) == 20 and os.listdir(tmp_path) == []
-
-
-@pytest.mark.slow
-def test_command_line_errors_are_one_line(cartpole_run):
-    run_dir, _ = cartpole_run
-    result = _experiment(f"--checkpoint={run_dir}", "--level_name=Acrobot-v1")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        f"experiment.py: error: --level_name=Acrobot-v1 differs from the checkpoint's "
-        f"CartPole-v1 ({run_dir}/checkpoints/ckpt-7); leave --level_name out to play its game"
-    )
-
-
-@pytest.mark.slow
-def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
-    """A real learner and actor train briefly; the run folder's checkpoint then plays."""
-    (port,) = free_ports(1)
-    common = [
-        f"--learner_hosts=localhost:{port}",
-        f"--level_name={BREAKOUT}",
-        "--agent_name=ShallowConvNetAgent",
-        "--unroll_length=5",
-        "--batch_size=4",
-        "--num_envs_per_actor=2",
-        "--total_environment_frames=1000",  # 13 learner steps of 80 frames.
-    ]
-    trainer = processes.experiment(
-        "learner", "--job_name=learner", f"--logdir={tmp_path}", "--experiment=run", *common
-    )
-    actor = processes.experiment("actor", "--job_name=actor", "--task=0", *common)
-    assert processes.wait(trainer, 180) == 0, processes.log(trainer)
-    assert processes.wait(actor, 60) == 0, processes.log(actor)
-
-    run_dir = str(tmp_path / "run")
-    result = _experiment(f"--checkpoint={run_dir}", "--test_num_episodes=2", "--record_video")
-    assert result.returncode == 0, result.stderr
-    loaded = re.search(
-        rf"checkpoint {run_dir}/checkpoints/(ckpt-\d+): {BREAKOUT} with ShallowConvNetAgent, "
-        r"1,040 frames",
-        result.stdout,
-    )
-    assert loaded, result.stdout
-    assert "score over 2 games (sampled policy): mean " in result.stdout
-    games = _GAME_LINE.findall(result.stdout)
-    assert sorted(int(game[0]) for game in games) == [1, 2], result.stdout
-    video_dir = os.path.join(run_dir, "videos", loaded[1])  # one folder per checkpoint
-    assert sorted(os.listdir(video_dir)) == ["game_1.mp4", "game_2.mp4"]  # And nothing else.
-    for index, _, frames, steps, path in games:
-        assert path == os.path.join(video_dir, f"game_{index}.mp4")
-        assert 4 * (int(steps) - 1) < int(frames) <= 4 * int(steps)  # Frame skip 4.
-        assert 10_000 < os.path.getsize(path) < 5_000_000
-        _check_video(path, int(steps), fps=15, size=(160, 210))

@@ -2,14 +2,10 @@
 
 import datetime
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
 
 from impala import run_folder
-from impala.launch.single_host import free_ports
 
 
 def test_default_name_is_the_level_and_the_start_time_safe_for_a_path():
@@ -49,41 +45,3 @@ def test_changed_flags_name_training_flags_only():
     saved = {"batch_size": 32, "learning_rate": 6e-4, "task": 0, "logdir": "runs", "old": 1}
     current = {"batch_size": 64, "learning_rate": 6e-4, "task": 3, "logdir": "/data", "new": 2}
     assert run_folder.changed_flags(saved, current) == ["--batch_size: 32 -> 64"]
-
-
-def test_a_start_that_fails_leaves_the_runs_saved_flags_alone(processes, tmp_path):
-    run_folder.write_flags(str(tmp_path / "run"), {"level_name": "PongNoFrameskip-v4"})
-    (port,) = free_ports(1)
-    learner = processes.experiment(
-        "learner",
-        "--job_name=learner",
-        f"--learner_hosts=localhost:{port}",
-        f"--logdir={tmp_path}",
-        "--experiment=run",
-        "--level_name=PongNoFrameskip-v5",  # a typo
-    )
-    assert processes.wait(learner, 120) == 2
-    assert "'PongNoFrameskip-v5' is not a registered Gymnasium id" in processes.log(learner)
-    assert run_folder.read_flags(str(tmp_path / "run")) == {"level_name": "PongNoFrameskip-v4"}
-
-
-def test_resuming_with_another_preset_is_refused_in_one_line(tmp_path):
-    run_folder.write_flags(str(tmp_path / "run"), {"preset": "", "batch_size": 16})
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "run_local.py",
-            f"--logdir={tmp_path}",
-            "--experiment=run",
-            "--preset=paper",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 2
-    assert completed.stderr.strip() == (
-        f"run_local.py: error: --preset=paper: {tmp_path / 'run'} was started with --preset=; "
-        "resume it without --preset (its flags are kept), or start a new run"
-    )

@@ -8,9 +8,9 @@ import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import ROOT
 
 import plot
+from tests.helpers import ROOT
 
 
 def write_events(folder, steps, returns=None, training_secs=None, resume_at=None) -> str:

@@ -10,7 +10,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import (
+
+from tests.helpers import (
     ROOT,
     SMALL_RUN_FLAGS,
     processes_with,
