@@ -63,7 +63,7 @@ class Benchmark:
 BENCHMARKS = {
     "pong": Benchmark(("--level_name=PongNoFrameskip-v4",), 10e6, (-15.0, 0.0, 10.0, 18.0)),
     "breakout": Benchmark(("--level_name=BreakoutNoFrameskip-v4",), 10e6, (10.0, 50.0, 100.0)),
-    # The settings of the Catch learning test (tests/test_distributed.py): small batches, Adam.
+    # The settings of the Catch learning test (tests/e2e/test_distributed.py): small batches, Adam.
     "catch": Benchmark(catch.QUICK_LEARNING_FLAGS, 60e3, (0.0, 0.5, 0.9)),
 }
 

@@ -4,7 +4,7 @@
 
 Sends the same observations ([21, n, 84, 84, 4] uint8, one unroll of n Atari trajectories) to an
 RPC server in another process, once as a uint8 tensor and once as a tf.string of its bytes (what
-transport.py does), and prints MB/s for each. Both go over loopback.
+impala/transport does), and prints MB/s for each. Both go over loopback.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
     84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
     `AtariVectorEnv` does them (`_AtariStart`) and 4 stacked frames, zeros before the
     game began. With `noop_max=0` its observations, rewards and episode ends equal
-    `make_environment(config)`'s exactly (tests/test_evaluation.py checks it); with
+    `make_environment(config)`'s exactly (tests/unit/evaluation/test_evaluation.py checks it); with
     no-op starts the two draw their number from different random generators.
 
     Args:

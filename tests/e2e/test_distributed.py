@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ import networks
 from impala import envs
 from impala.envs import catch
 from impala.launch.single_host import free_ports
-from tests.helpers import ROOT, pids_with, processes_with, wait_until
+from tests.helpers import ROOT, Processes, pids_with, processes_with, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -174,63 +175,96 @@ def _summaries(run_dir):
     ]
 
 
-def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(tmp_path):
-    completed, run_dir = _run_local(tmp_path, *TWO_LEARNERS, "--total_environment_frames=1200")
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    first, second = _summaries(run_dir)
-    # 1200 frames / (2 learners x 4 trajectories x 5 steps) = 30 steps on each learner.
-    assert first["steps"] == second["steps"] == 30
-    assert first["frames"] == second["frames"] == 1200
+class _PairRun(NamedTuple):
+    run_dir: object
+    stopped: list  # each learner's summary after Ctrl-C
+    stopped_log: str  # run_local's output up to the stop
+    finished: list  # each learner's summary at the end of the resumed run
+    resumed: subprocess.CompletedProcess  # the resume, started with the run's name only
+    leftovers_after_stop: list
+    leftovers_after_finish: list
+
+
+@pytest.fixture(scope="module")
+def pair_run(tmp_path_factory):
+    """One run of two learners under mpirun and two actors through run_local.py, stopped with
+    Ctrl-C and resumed with only its name to its budget: shared by the tests that need one."""
+    runs = tmp_path_factory.mktemp("pair") / "runs"
+    run_dir = runs / "pair"
+    processes = Processes(str(runs.parent))
+    try:
+        first = processes.start(
+            "run_local_1",
+            _run_local_argv(
+                runs, "--experiment=pair", *TWO_LEARNERS, "--total_environment_frames=2400"
+            ),
+        )
+        wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
+        # No more trajectories: the learners cannot reach their budget before Ctrl-C, however
+        # fast this machine (they can still train on what is queued, a few steps).
+        actors = pids_with("experiment.py --job_name=actor", f"--logdir={runs}")
+        assert len(actors) == 2, processes_with(f"--logdir={runs}")
+        for pid in actors:
+            os.kill(pid, signal.SIGSTOP)
+        first.send_signal(signal.SIGINT)  # Ctrl-C
+        wait_until(lambda: " checkpoint " in processes.log(first), 60, lambda: processes.log(first))
+        for pid in actors:
+            os.kill(pid, signal.SIGCONT)  # so that they hear run_local's SIGTERM
+        assert processes.wait(first, 60) == 130, processes.log(first)
+        stopped = _summaries(run_dir)
+        leftovers_after_stop = processes_with(f"--logdir={runs}")
+        # Only the run's name: the rest comes from its flags.json.
+        resumed = subprocess.run(
+            _run_local_argv(runs, "--experiment=pair"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return _PairRun(
+            run_dir=run_dir,
+            stopped=stopped,
+            stopped_log=processes.log(first),
+            finished=_summaries(run_dir),
+            resumed=resumed,
+            leftovers_after_stop=leftovers_after_stop,
+            leftovers_after_finish=processes_with(f"--logdir={runs}"),
+        )
+    finally:
+        processes.kill_all()
+
+
+def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(pair_run):
+    resumed = pair_run.resumed
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    first, second = pair_run.finished
+    # 2400 frames in all / (2 learners x 4 trajectories x 5 steps) = 60 steps on each learner.
+    stopped_steps = pair_run.stopped[0]["steps"]
+    assert first["steps"] == second["steps"] == 60 - stopped_steps
+    assert first["frames"] == second["frames"] == 2400
     assert first["weights_sha256"] == second["weights_sha256"]
     assert set(first["trajectories_by_actor"]) == {"0"}
     assert set(second["trajectories_by_actor"]) == {"1"}
-    assert "done: 1.2k frames" in completed.stdout
-    assert processes_with(f"--logdir={run_dir.parent}") == []
+    # The closing line counts this start's frames: those after the stop.
+    assert f"done: {(2400 - pair_run.stopped[0]['frames']) / 1000:.3g}k frames" in resumed.stdout
+    assert pair_run.leftovers_after_finish == []
 
 
 def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_saved_flags(
-    processes, tmp_path
+    pair_run,
 ):
-    runs = tmp_path / "runs"
-    run_dir = runs / "pair"
-    first = processes.start(
-        "run_local_1",
-        _run_local_argv(
-            runs, "--experiment=pair", *TWO_LEARNERS, "--total_environment_frames=2400"
-        ),
-    )
-    wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
-    # No more trajectories: the learners cannot reach their budget before Ctrl-C, however
-    # fast this machine (they can still train on what is queued, a few steps).
-    actors = pids_with("experiment.py --job_name=actor", f"--logdir={runs}")
-    assert len(actors) == 2, processes_with(f"--logdir={runs}")
-    for pid in actors:
-        os.kill(pid, signal.SIGSTOP)
-    first.send_signal(signal.SIGINT)  # Ctrl-C
-    wait_until(lambda: " checkpoint " in processes.log(first), 60, lambda: processes.log(first))
-    for pid in actors:
-        os.kill(pid, signal.SIGCONT)  # so that they hear run_local's SIGTERM
-    assert processes.wait(first, 60) == 130, processes.log(first)
-    stopped = _summaries(run_dir)
+    stopped, finished = pair_run.stopped, pair_run.finished
     assert len(stopped) == 2 and all(s["stopped_early"] for s in stopped)
     # Both learners stopped after the same step, with the same weights, and rank 0 saved them.
     assert stopped[0]["steps"] == stopped[1]["steps"] > 0
     assert stopped[0]["weights_sha256"] == stopped[1]["weights_sha256"]
-    assert f"at {stopped[0]['frames']} frames" in processes.log(first)
-    assert processes_with(f"--logdir={runs}") == []
+    assert f"at {stopped[0]['frames']} frames" in pair_run.stopped_log
+    assert pair_run.leftovers_after_stop == []
 
-    # Only the run's name: the rest comes from its flags.json.
-    second = subprocess.run(
-        _run_local_argv(runs, "--experiment=pair"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    second = pair_run.resumed
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "resuming" in second.stdout and "2 learner(s), 2 actor(s)" in second.stdout
     assert "--num_envs_per_actor=2" in second.stdout
-    finished = _summaries(run_dir)
     assert finished[0]["resumed_from"]  # rank 0 restores, then broadcasts to every rank
     assert finished[0]["frames"] == finished[1]["frames"] == 2400
     assert finished[0]["weights_sha256"] == finished[1]["weights_sha256"]

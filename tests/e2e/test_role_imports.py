@@ -3,7 +3,7 @@ ML stack, and actors and --mode=test without Horovod.
 
 Each command runs through `tests.without_ml_stack`, which makes the refused modules unimportable
 in that process. run_local.py's whole run goes that way in `test_distributed.py` too, and
---mode=test's games without Horovod in `test_evaluation.py`.
+--mode=test's games without Horovod in `test_mode_test.py`.
 """
 
 import subprocess

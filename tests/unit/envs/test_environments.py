@@ -1,4 +1,4 @@
-"""Tests for environments.py: Atari and Gymnasium vectors, the counter env, errors."""
+"""Tests for impala/envs: Atari and Gymnasium vectors, the counter env, errors."""
 
 from __future__ import annotations
 
