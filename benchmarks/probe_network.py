@@ -24,7 +24,7 @@ import tensorflow as tf
 from absl import app, flags
 
 import networks
-from impala import envs
+from impala import build, envs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames are shown.")
@@ -70,10 +70,11 @@ def main(argv: list[str]) -> int:
     observations, num_actions = frames(FLAGS.level_name, FLAGS.num_envs, FLAGS.seed)
     for path in argv[1:]:
         tf.random.set_seed(FLAGS.seed)
-        agent = networks.make_agent(FLAGS.agent_name, num_actions)
+        agent = build.agent_for(
+            FLAGS.agent_name, num_actions, observations.shape[1:], observations.dtype
+        )
         if not isinstance(agent, networks.FeedForwardAgent):
             raise app.UsageError(f"--agent_name={FLAGS.agent_name}: only feed-forward agents")
-        networks.build_variables(agent, observations.shape[1:], observations.dtype)
         if path != "init":
             try:
                 tf.train.Checkpoint(agent=agent).restore(path).expect_partial()

@@ -149,8 +149,7 @@ def main(argv):
     env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
         FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.num_action_repeats, FLAGS.seconds
     )
-    agent = networks.make_agent(FLAGS.agent_name, num_actions)
-    networks.build_variables(agent, shape, dtype)
+    agent = build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
     inference_rate = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
     train_rate = measure_train(agent, shape, dtype, config, FLAGS.seconds)
     ceiling = 1.0 / (1.0 / env_rate + 1.0 / inference_rate + 1.0 / train_rate)

@@ -27,8 +27,16 @@ def environment(
 
 def agent(agent_name: str, env: envs.VectorEnvironment) -> networks.Agent:
     """The network `agent_name` for `env`'s actions and observations, its variables created."""
-    built = networks.make_agent(agent_name, env.num_actions)
-    networks.build_variables(built, env.observation_shape, env.observation_dtype)
+    return agent_for(agent_name, env.num_actions, env.observation_shape, env.observation_dtype)
+
+
+def agent_for(
+    agent_name: str, num_actions: int, observation_shape: tuple[int, ...], observation_dtype
+) -> networks.Agent:
+    """The network `agent_name` for these actions and observations (a checkpoint's, say), its
+    variables created."""
+    built = networks.make_agent(agent_name, num_actions)
+    networks.build_variables(built, tuple(observation_shape), observation_dtype)
     return built
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 import networks
-from impala import envs, run_folder, run_identity
+from impala import build, envs, run_folder, run_identity
 from impala.learner import checkpoints
 
 if TYPE_CHECKING:
@@ -85,9 +85,11 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
     Raises:
       ValueError: the checkpoint lacks some of the network's weights.
     """
-    agent = networks.make_agent(identity["agent_name"], identity["num_actions"])
-    networks.build_variables(
-        agent, tuple(identity["observation_shape"]), identity["observation_dtype"]
+    agent = build.agent_for(
+        identity["agent_name"],
+        identity["num_actions"],
+        identity["observation_shape"],
+        identity["observation_dtype"],
     )
     status = tf.train.Checkpoint(agent=agent).restore(path)
     status.expect_partial()  # The optimizer's slots and the counters are not needed here.
