@@ -40,6 +40,7 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         discounting=FLAGS.discounting,
         vtrace_lambda=FLAGS.vtrace_lambda,
         normalize_advantages=FLAGS.normalize_advantages,
+        policy_clip=FLAGS.policy_clip,
         baseline_cost=FLAGS.baseline_cost,
         entropy_cost=FLAGS.entropy_cost,
         reward_clipping=FLAGS.reward_clipping,

@@ -22,6 +22,7 @@ class LearnerConfig:
     discounting: float = 0.99
     vtrace_lambda: float = 1.0  # V-trace's trace decay (the paper's remark 2)
     normalize_advantages: bool = False  # policy-gradient advantages to mean 0, std 1 per batch
+    policy_clip: float = 0.0  # PPO's clipped surrogate around the behaviour policy; 0: V-trace's
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clipping: str = "abs_one"
@@ -45,6 +46,9 @@ class LearnerConfig:
             "vtrace_lambda",
             self.vtrace_lambda,
             "must be in [0, 1]",
+        )
+        _require(
+            0.0 <= self.policy_clip < 1.0, "policy_clip", self.policy_clip, "must be in [0, 1)"
         )
         _require(self.baseline_cost >= 0, "baseline_cost", self.baseline_cost, "must be >= 0")
         _require(self.entropy_cost >= 0, "entropy_cost", self.entropy_cost, "must be >= 0")

@@ -104,6 +104,14 @@ flags.DEFINE_bool(
     "does), so that the policy term's weight against the baseline and entropy terms does not "
     "depend on the scale of the returns.",
 )
+flags.DEFINE_float(
+    "policy_clip",
+    0.0,
+    "0: IMPALA's V-trace policy gradient. Above 0: PPO's clipped surrogate objective with this "
+    "epsilon, its ratio taken against the behaviour policy that acted and its advantages "
+    "r + gamma * v_(s+1) - V(x_s) from the V-trace targets (as Sample Factory's APPO), which "
+    "bounds how far several steps on one batch (--batch_reuse) move the policy.",
+)
 flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
 flags.DEFINE_enum(
@@ -172,6 +180,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "batch_reuse": 1,
         "vtrace_lambda": 1.0,
         "normalize_advantages": False,
+        "policy_clip": 0.0,
         "discounting": 0.99,
         "entropy_cost": 0.01,
         "baseline_cost": 0.5,

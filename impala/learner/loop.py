@@ -350,7 +350,8 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
         f"  step {counters.steps} | loss {stats['loss/total']:.3f} "
         f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
         f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
-        f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} | "
+        f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
+        f"(clipped {stats['clipped_fraction']:.0%}) | "
         f"queue {service.queue_size}/{service.queue_capacity}"
     )
     summaries = learning.summaries

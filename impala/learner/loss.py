@@ -50,11 +50,40 @@ def compute_policy_gradient_loss(
     return tf.reduce_sum(cross_entropy * tf.stop_gradient(advantages))
 
 
+def compute_clipped_policy_loss(
+    log_rhos: tf.Tensor, advantages: tf.Tensor, clip: float
+) -> tf.Tensor:
+    """PPO's clipped surrogate, negated and summed over [T, B].
+
+    The ratio pi / mu = exp(log_rhos) is taken against the behaviour policy; where it has left
+    [1 - clip, 1 + clip] in the advantage's favour, the term is flat and gives no gradient.
+    """
+    ratio = tf.exp(log_rhos)
+    advantages = tf.stop_gradient(advantages)
+    surrogate = tf.minimum(
+        ratio * advantages, tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    )
+    return -tf.reduce_sum(surrogate)
+
+
+def clipped_fraction(log_rhos: tf.Tensor, policy_clip: float) -> tf.Tensor:
+    """The fraction of [T, B] steps whose ratio pi / mu a clip acts on.
+
+    With `policy_clip` 0, V-trace's: ratios above 1 (rho-bar and c-bar); otherwise the
+    surrogate's: ratios outside [1 - policy_clip, 1 + policy_clip]. Near 1, the learner trains
+    on data its policy has moved far from (policy lag, or too many steps per batch).
+    """
+    ratio = tf.exp(tf.stop_gradient(log_rhos))
+    clipped = tf.abs(ratio - 1.0) > policy_clip if policy_clip > 0 else ratio > 1.0
+    return tf.reduce_mean(tf.cast(clipped, tf.float32))
+
+
 class LossTerms(NamedTuple):
     total: tf.Tensor
     policy_gradient: tf.Tensor
     baseline: tf.Tensor
     entropy: tf.Tensor
+    clipped_fraction: tf.Tensor  # a statistic, not a term of the loss
 
 
 def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> LossTerms:
@@ -80,11 +109,21 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
         bootstrap_value=bootstrap_value,
         lambda_=config.vtrace_lambda,
     )
-    advantages = vtrace_returns.pg_advantages
+    if config.policy_clip > 0:
+        # The surrogate's ratio does the importance weighting V-trace's advantages carry.
+        vs_t_plus_1 = tf.concat([vtrace_returns.vs[1:], bootstrap_value[tf.newaxis]], axis=0)
+        advantages = rewards + discounts * vs_t_plus_1 - values
+    else:
+        advantages = vtrace_returns.pg_advantages
     if config.normalize_advantages:
         mean, variance = tf.nn.moments(advantages, axes=list(range(advantages.shape.rank)))
         advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
-    policy_gradient = compute_policy_gradient_loss(target_logits, actions, advantages)
+    if config.policy_clip > 0:
+        policy_gradient = compute_clipped_policy_loss(
+            vtrace_returns.log_rhos, advantages, config.policy_clip
+        )
+    else:
+        policy_gradient = compute_policy_gradient_loss(target_logits, actions, advantages)
     baseline = config.baseline_cost * compute_baseline_loss(vtrace_returns.vs - values)
     entropy = config.entropy_cost * compute_entropy_loss(target_logits)
     return LossTerms(
@@ -92,4 +131,5 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
         policy_gradient=policy_gradient,
         baseline=baseline,
         entropy=entropy,
+        clipped_fraction=clipped_fraction(vtrace_returns.log_rhos, config.policy_clip),
     )

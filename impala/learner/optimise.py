@@ -119,6 +119,7 @@ class Trainer:
             "loss/policy_gradient": loss.policy_gradient,
             "loss/baseline": loss.baseline,
             "loss/entropy": loss.entropy,
+            "clipped_fraction": loss.clipped_fraction,
             "gradient_norm": gradient_norm,
             "learning_rate": tf.identity(self.learning_rate),
         }

@@ -9,6 +9,8 @@ curves where they stopped. Tags:
   time/training_secs                      seconds spent training, continued across resumes
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
   optimizer/gradient_norm, optimizer/learning_rate
+  policy/clipped_fraction                 steps whose importance ratio a clip acts on (V-trace's
+                                          rho-bar, or --policy_clip's range)
   actors/policy_lag                       learner steps between acting and learning, mean
   learner_<rank>/queue_fill               fraction of that learner's queue in use
   learner_<rank>/frames_received          emulator frames that learner's actors delivered
@@ -31,6 +33,7 @@ _STEP_TAGS = {
     "loss/entropy": "loss/entropy",
     "gradient_norm": "optimizer/gradient_norm",
     "learning_rate": "optimizer/learning_rate",
+    "clipped_fraction": "policy/clipped_fraction",
 }
 
 

@@ -83,6 +83,7 @@ def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
         "loss/entropy",
         "optimizer/gradient_norm",
         "optimizer/learning_rate",
+        "policy/clipped_fraction",
         "progress/frames_per_sec",
         "actors/policy_lag",
         "learner_0/queue_fill",

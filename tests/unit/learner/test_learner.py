@@ -1,5 +1,7 @@
 """The IMPALA loss terms, reward clipping, the learning-rate schedule and the optimisation step."""
 
+import re
+
 import numpy as np
 import pytest
 import sonnet as snt
@@ -107,9 +109,9 @@ def _reference_loss(steps, logits, values, config):
             trace = lam * min(1.0, rho[s])
             vs[s] = v[s] + delta + discount[s + 1] * trace * (vs[s + 1] - v[s + 1])
         for s in range(num_steps):
-            advantages[s, b] = min(1.0, rho[s]) * (
-                reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s]
-            )
+            # With PPO's surrogate the ratio weights the policy term instead.
+            weight = 1.0 if config.policy_clip else min(1.0, rho[s])
+            advantages[s, b] = weight * (reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s])
             baseline_terms.append(0.5 * (vs[s] - v[s]) ** 2)
     if config.normalize_advantages:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -117,11 +119,23 @@ def _reference_loss(steps, logits, values, config):
         a = steps.action[:, b]
         for s in range(num_steps):
             pi = np.exp(log_pi[s, b])
-            pg_terms.append(-log_pi[s, b, a[s]] * advantages[s, b])
+            advantage = advantages[s, b]
+            # d(-log pi(a))/dlogits = pi - onehot(a); d(-H)/dlogits = pi * (log pi + H).
+            grad_log_pi = pi - np.eye(len(pi))[a[s]]
+            if config.policy_clip:
+                eps = config.policy_clip
+                ratio = np.exp(log_pi[s, b, a[s]] - log_mu[s, b, a[s]])
+                unclipped = ratio * advantage
+                clipped = np.clip(ratio, 1 - eps, 1 + eps) * advantage
+                pg_terms.append(-min(unclipped, clipped))
+                # d ratio = ratio * d log pi(a); the clipped branch, when smaller, is flat.
+                active = unclipped <= clipped
+                grad_logits[s, b] = advantage * ratio * grad_log_pi if active else 0.0
+            else:
+                pg_terms.append(-log_pi[s, b, a[s]] * advantage)
+                grad_logits[s, b] = advantage * grad_log_pi
             entropy = -np.sum(pi * log_pi[s, b])
             entropy_terms.append(-entropy)
-            # d(-log pi(a))/dlogits = pi - onehot(a); d(-H)/dlogits = pi * (log pi + H).
-            grad_logits[s, b] = advantages[s, b] * (pi - np.eye(len(pi))[a[s]])
             grad_logits[s, b] += config.entropy_cost * pi * (log_pi[s, b] + entropy)
     return (
         np.sum(pg_terms),
@@ -147,10 +161,17 @@ class _FixedOutputAgent(networks.Agent):
 
 
 @pytest.mark.parametrize(
-    "seed,vtrace_lambda,normalize",
-    [(0, 1.0, False), (1, 1.0, False), (2, 1.0, False), (3, 0.8, True)],
+    "seed,vtrace_lambda,normalize,policy_clip",
+    [
+        (0, 1.0, False, 0.0),
+        (1, 1.0, False, 0.0),
+        (2, 1.0, False, 0.0),
+        (3, 0.8, True, 0.0),
+        (4, 0.95, True, 0.2),
+        (5, 1.0, False, 0.1),
+    ],
 )
-def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, normalize):
+def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, normalize, policy_clip):
     """Every term and the gradient reaching the logits, against `_reference_loss`.
 
     Fails if the policy gradient used the value targets instead of its own advantages, the
@@ -167,6 +188,7 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
         discounting=0.9,
         vtrace_lambda=vtrace_lambda,
         normalize_advantages=normalize,
+        policy_clip=policy_clip,
     )
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
@@ -181,6 +203,25 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
     np.testing.assert_allclose(grad_logits[:-1], expected_grad, rtol=1e-4, atol=1e-5)
     # The bootstrap step is only evaluated: no policy gradient comes from it.
     np.testing.assert_array_equal(grad_logits[-1], 0.0)
+    # The statistic: the share of the T x B ratios pi / mu that a clip acts on.
+    taken = batch.steps.action[:-1, :, None]
+    log_pi = np.take_along_axis(_log_softmax(logits[:-1].astype(np.float64)), taken, -1)
+    log_mu = np.take_along_axis(_log_softmax(batch.steps.policy_logits[:-1]), taken, -1)
+    ratio = np.exp(log_pi - log_mu)
+    clipped = np.abs(ratio - 1) > policy_clip if policy_clip else ratio > 1
+    assert 0 < clipped.mean() < 1
+    np.testing.assert_allclose(terms.clipped_fraction, clipped.mean(), rtol=1e-6)
+
+
+def test_policy_clip_flattens_the_objective_where_the_ratio_left_its_range():
+    """A ratio of 2 with a positive advantage is clipped at 1.2: no gradient, loss -1.2 * A;
+    with a negative advantage the unclipped term is the smaller one and keeps its gradient."""
+    log_rhos = tf.Variable(np.log([[2.0, 2.0, 1.0]]).astype(np.float32))
+    advantages = tf.constant([[1.5, -1.5, 1.0]])
+    with tf.GradientTape() as tape:
+        policy_loss = loss.compute_clipped_policy_loss(log_rhos, advantages, 0.2)
+    np.testing.assert_allclose(policy_loss, -(1.2 * 1.5 + 2.0 * -1.5 + 1.0), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(policy_loss, log_rhos), [[0.0, 3.0, -1.0]], rtol=1e-6)
 
 
 def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
@@ -257,11 +298,13 @@ def test_create_optimizer_slots_keeps_weights():
         ("reward_clipping", "tanh", "--reward_clipping=tanh: must be one of"),
         ("discounting", 1.5, "--discounting=1.5"),
         ("vtrace_lambda", -0.5, "--vtrace_lambda=-0.5: must be in [0, 1]"),
+        ("policy_clip", 1.0, "--policy_clip=1.0: must be in [0, 1)"),
+        ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
         ("epsilon", 0.0, "--epsilon=0.0"),
     ],
 )
 def test_config_errors_name_the_flag(field, value, message):
-    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         LearnerConfig(**{field: value})
 
 
