@@ -107,8 +107,8 @@ flags.DEFINE_bool(
 flags.DEFINE_float(
     "policy_clip",
     0.0,
-    "0: IMPALA's V-trace policy gradient. Above 0: PPO's clipped surrogate objective with this "
-    "epsilon, its ratio taken against the behaviour policy that acted and its advantages "
+    "0: IMPALA's V-trace policy gradient. In (0, 1): PPO's clipped surrogate objective with "
+    "this epsilon, its ratio taken against the behaviour policy that acted and its advantages "
     "r + gamma * v_(s+1) - V(x_s) from the V-trace targets (as Sample Factory's APPO), which "
     "bounds how far several steps on one batch (--batch_reuse) move the policy.",
 )

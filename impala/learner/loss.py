@@ -67,11 +67,12 @@ def compute_clipped_policy_loss(
 
 
 def clipped_fraction(log_rhos: tf.Tensor, policy_clip: float) -> tf.Tensor:
-    """The fraction of [T, B] steps whose ratio pi / mu a clip acts on.
+    """The fraction of [T, B] steps whose ratio pi / mu lies beyond a clip's bound.
 
-    With `policy_clip` 0, V-trace's: ratios above 1 (rho-bar and c-bar); otherwise the
-    surrogate's: ratios outside [1 - policy_clip, 1 + policy_clip]. Near 1, the learner trains
-    on data its policy has moved far from (policy lag, or too many steps per batch).
+    With `policy_clip` 0, V-trace's: ratios above 1 (rho-bar and c-bar); otherwise PPO's clip
+    fraction: ratios outside [1 - policy_clip, 1 + policy_clip] (the surrogate is flat on those
+    whose advantage pushes further out). Near 1, the learner trains on data its policy has moved
+    far from (policy lag, or too many steps per batch).
     """
     ratio = tf.exp(tf.stop_gradient(log_rhos))
     clipped = tf.abs(ratio - 1.0) > policy_clip if policy_clip > 0 else ratio > 1.0
@@ -112,7 +113,7 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
     if config.policy_clip > 0:
         # The surrogate's ratio does the importance weighting V-trace's advantages carry.
         vs_t_plus_1 = tf.concat([vtrace_returns.vs[1:], bootstrap_value[tf.newaxis]], axis=0)
-        advantages = rewards + discounts * vs_t_plus_1 - values
+        advantages = tf.stop_gradient(rewards + discounts * vs_t_plus_1 - values)
     else:
         advantages = vtrace_returns.pg_advantages
     if config.normalize_advantages:

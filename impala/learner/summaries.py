@@ -9,8 +9,8 @@ curves where they stopped. Tags:
   time/training_secs                      seconds spent training, continued across resumes
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
   optimizer/gradient_norm, optimizer/learning_rate
-  policy/clipped_fraction                 steps whose importance ratio a clip acts on (V-trace's
-                                          rho-bar, or --policy_clip's range)
+  policy/clipped_fraction                 steps whose importance ratio is beyond a clip's bound
+                                          (V-trace's rho-bar of 1, or outside --policy_clip's range)
   actors/policy_lag                       learner steps between acting and learning, mean
   learner_<rank>/queue_fill               fraction of that learner's queue in use
   learner_<rank>/frames_received          emulator frames that learner's actors delivered

@@ -85,8 +85,8 @@ def _reference_loss(steps, logits, values, config):
 
     `logits` [T + 1, B, A] and `values` [T + 1, B] are the learner's outputs on `steps`. Time step
     t holds the observation x_t, the action a_t chosen there and the reward r_t paid on the way
-    into x_t, so a_t is paid by r_{t+1}. Returns the policy-gradient, baseline and entropy terms
-    and d(total)/d(logits[:-1]).
+    into x_t, so a_t is paid by r_{t+1}. Returns the policy-gradient, baseline and entropy terms,
+    d(total)/d(logits[:-1]) and d(total)/d(values[:-1]).
     """
     num_steps = len(steps.action) - 1
     gamma, lam = config.discounting, config.vtrace_lambda
@@ -96,6 +96,8 @@ def _reference_loss(steps, logits, values, config):
     grad_logits = np.zeros_like(log_pi[:-1])
     times = np.arange(num_steps + 1)
     advantages = np.zeros(grad_logits.shape[:2])
+    # Only the baseline term reaches the values: the targets and advantages are constants.
+    grad_values = np.zeros(grad_logits.shape[:2])
     for b in range(steps.action.shape[1]):
         a = steps.action[:, b]
         rho = np.exp(log_pi[times, b, a] - log_mu[times, b, a])
@@ -113,6 +115,7 @@ def _reference_loss(steps, logits, values, config):
             weight = 1.0 if config.policy_clip else min(1.0, rho[s])
             advantages[s, b] = weight * (reward[s + 1] + discount[s + 1] * vs[s + 1] - v[s])
             baseline_terms.append(0.5 * (vs[s] - v[s]) ** 2)
+            grad_values[s, b] = -config.baseline_cost * (vs[s] - v[s])
     if config.normalize_advantages:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     for b in range(steps.action.shape[1]):
@@ -142,6 +145,7 @@ def _reference_loss(steps, logits, values, config):
         config.baseline_cost * np.sum(baseline_terms),
         config.entropy_cost * np.sum(entropy_terms),
         grad_logits,
+        grad_values,
     )
 
 
@@ -193,16 +197,22 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
         terms = loss.compute_loss(agent, batch, config)
-    grad_logits = tape.gradient(terms.total, agent.logits).numpy()
+    grad_logits, grad_values = (
+        gradient.numpy() for gradient in tape.gradient(terms.total, [agent.logits, agent.values])
+    )
 
-    pg, baseline, entropy, expected_grad = _reference_loss(batch.steps, logits, values, config)
+    pg, baseline, entropy, expected_grad, expected_grad_values = _reference_loss(
+        batch.steps, logits, values, config
+    )
     np.testing.assert_allclose(terms.policy_gradient, pg, rtol=1e-4)
     np.testing.assert_allclose(terms.baseline, baseline, rtol=1e-4)
     np.testing.assert_allclose(terms.entropy, entropy, rtol=1e-4)
     np.testing.assert_allclose(terms.total, pg + baseline + entropy, rtol=1e-4)
     np.testing.assert_allclose(grad_logits[:-1], expected_grad, rtol=1e-4, atol=1e-5)
-    # The bootstrap step is only evaluated: no policy gradient comes from it.
+    np.testing.assert_allclose(grad_values[:-1], expected_grad_values, rtol=1e-4, atol=1e-5)
+    # The bootstrap step is only evaluated: no gradient comes from it.
     np.testing.assert_array_equal(grad_logits[-1], 0.0)
+    np.testing.assert_array_equal(grad_values[-1], 0.0)
     # The statistic: the share of the T x B ratios pi / mu that a clip acts on.
     taken = batch.steps.action[:-1, :, None]
     log_pi = np.take_along_axis(_log_softmax(logits[:-1].astype(np.float64)), taken, -1)
