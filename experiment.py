@@ -16,6 +16,7 @@ actors play the same environment with the same network.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -31,6 +32,14 @@ from impala.flags import FLAGS, PRESETS, apply_preset, flag_values
 
 # Each role imports its own stack when it runs: an actor or --mode=test never loads Horovod.
 __all__ = ["FLAGS", "PRESETS", "apply_preset", "flag_values", "main"]
+
+
+def frames_flag(name: str) -> int:
+    """A frame-count flag (a float, so that 10e6 is accepted) as a whole number of frames."""
+    value = FLAGS[name].value
+    if not math.isfinite(value):
+        raise ValueError(f"--{name}={value}: must be a finite number of frames")
+    return int(value)
 
 
 def learner_config_from_flags() -> configs.LearnerConfig:
@@ -50,7 +59,8 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         decay=FLAGS.decay,
         momentum=FLAGS.momentum,
         epsilon=FLAGS.epsilon,
-        total_environment_frames=int(FLAGS.total_environment_frames),
+        total_environment_frames=frames_flag("total_environment_frames"),
+        learning_rate_anneal_frames=frames_flag("learning_rate_anneal_frames"),
         batch_reuse=FLAGS.batch_reuse,
     )
 

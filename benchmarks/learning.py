@@ -61,8 +61,17 @@ class Benchmark:
 
 
 BENCHMARKS = {
-    "pong": Benchmark(("--level_name=PongNoFrameskip-v4",), 10e6, (-15.0, 0.0, 10.0, 18.0)),
-    "breakout": Benchmark(("--level_name=BreakoutNoFrameskip-v4",), 10e6, (10.0, 50.0, 100.0)),
+    # The first 10M frames of `make train`: its learning-rate schedule, over its 200M frames.
+    "pong": Benchmark(
+        ("--level_name=PongNoFrameskip-v4", "--learning_rate_anneal_frames=200e6"),
+        10e6,
+        (-15.0, 0.0, 10.0, 18.0),
+    ),
+    "breakout": Benchmark(
+        ("--level_name=BreakoutNoFrameskip-v4", "--learning_rate_anneal_frames=200e6"),
+        10e6,
+        (10.0, 50.0, 100.0),
+    ),
     # The settings of the Catch learning test (tests/e2e/test_distributed.py): small batches, Adam.
     "catch": Benchmark(catch.QUICK_LEARNING_FLAGS, 60e3, (0.0, 0.5, 0.9)),
 }

@@ -32,7 +32,9 @@ class LearnerConfig:
     decay: float = 0.99
     momentum: float = 0.0
     epsilon: float = 0.01
-    total_environment_frames: int = 200_000_000  # the learning rate anneals to 0 over this
+    total_environment_frames: int = 200_000_000  # the frame budget
+    # The learning rate anneals linearly to 0 over this many frames; 0: over the frame budget.
+    learning_rate_anneal_frames: int = 0
     batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
 
     def __post_init__(self):
@@ -80,6 +82,12 @@ class LearnerConfig:
             "total_environment_frames",
             self.total_environment_frames,
             "must be at least 1",
+        )
+        _require(
+            self.learning_rate_anneal_frames >= 0,
+            "learning_rate_anneal_frames",
+            self.learning_rate_anneal_frames,
+            "must be >= 0 (0: the frame budget)",
         )
 
 

@@ -35,7 +35,7 @@ class LearnerJobConfig:
 
     Attributes:
       learner_hosts: "host:port" of every learner; learner rank r listens on the r-th.
-      queue_capacity: trajectories the queue holds before actors block (0: 4 batches).
+      queue_capacity: trajectories the queue holds before actors block (0: one batch).
       logdir: holds the run folders; this run's is `<logdir>/<experiment>` (see `run_folder`):
         rank 0's flags, TensorBoard events and checkpoints, and every learner's summary
         (`learner_<rank>.json`). A run started again on the same folder resumes from its
@@ -167,7 +167,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         variables=list(agent.variables),
         learner_index=topology.rank,
         num_learners=topology.size,
-        queue_capacity=config.queue_capacity or 4 * config.learner.batch_size,
+        queue_capacity=config.queue_capacity or config.learner.batch_size,
     )
     counters = _Counters()
     start_frames = 0

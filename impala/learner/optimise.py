@@ -15,8 +15,10 @@ from impala.trajectory import Batch
 
 
 def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
-    """The learning rate decays linearly from `learning_rate` to 0 at the frame budget."""
-    progress = tf.cast(frames, tf.float64) / float(config.total_environment_frames)
+    """The learning rate decays linearly from `learning_rate` to 0 at
+    `learning_rate_anneal_frames` frames, or at the frame budget if that is 0."""
+    horizon = config.learning_rate_anneal_frames or config.total_environment_frames
+    progress = tf.cast(frames, tf.float64) / float(horizon)
     remaining = tf.clip_by_value(1.0 - progress, 0.0, 1.0)
     return tf.cast(config.learning_rate * remaining, tf.float32)
 
