@@ -10,7 +10,7 @@ FLAGS = experiment.FLAGS
 
 
 # Values unlike every default, so that a preset that is not applied shows.
-_TEST_PRESET = {"optimizer": "adam", "epsilon": 1e-8, "batch_reuse": 3, "batch_size": 7}
+_TEST_PRESET = {"optimizer": "rmsprop", "epsilon": 1e-8, "batch_reuse": 3, "batch_size": 7}
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def _config_from(*argv):
 
 def test_a_preset_sets_the_flags_not_given_and_only_given_flags_are_forwarded(test_preset):
     config, values, given = _config_from("--preset=paper", "--batch_size=8")
-    assert (config.optimizer, config.epsilon, config.batch_reuse) == ("adam", 1e-8, 3)
+    assert (config.optimizer, config.epsilon, config.batch_reuse) == ("rmsprop", 1e-8, 3)
     assert config.batch_size == 8  # given on the command line: it wins
     # What a run folder's flags.json records: the values used, the preset among them.
     assert values["preset"] == "paper" and values["batch_reuse"] == 3
@@ -46,6 +46,12 @@ def test_the_paper_preset_holds_the_papers_values():
     assert (paper["optimizer"], paper["learning_rate"], paper["epsilon"]) == ("rmsprop", 6e-4, 0.01)
     assert (paper["batch_size"], paper["unroll_length"], paper["batch_reuse"]) == (32, 20, 1)
     assert (paper["vtrace_lambda"], paper["gradients_clipping"]) == (1.0, 40.0)
+    assert (paper["policy_clip"], paper["normalize_advantages"]) == (0.0, False)
+    # The defaults are not the paper's (README, "Learning results"): the preset must change them.
+    assert all(
+        FLAGS[name].default != paper[name]
+        for name in ("optimizer", "batch_size", "batch_reuse", "policy_clip", "epsilon")
+    )
 
 
 def test_without_a_preset_the_flag_defaults_apply():
@@ -62,3 +68,10 @@ def test_every_preset_flag_is_an_experiment_flag_of_the_right_type(name):
     assert name in FLAGS
     assert isinstance(value, type(FLAGS[name].default)), name
     assert hasattr(configs.LearnerConfig(), name)
+
+
+@pytest.mark.parametrize("flag", ["total_environment_frames", "learning_rate_anneal_frames"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_a_frame_count_that_is_not_finite_is_a_one_line_error(flag, value):
+    with pytest.raises(ValueError, match=f"^--{flag}={value}: must be a finite number of frames$"):
+        _config_from(f"--{flag}={value}")

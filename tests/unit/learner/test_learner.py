@@ -259,6 +259,12 @@ def test_learning_rate_anneals_linearly_to_zero():
     assert float(optimise.annealed_learning_rate(config, 250)) == pytest.approx(0.00075)
     assert float(optimise.annealed_learning_rate(config, 1000)) == 0.0
     assert float(optimise.annealed_learning_rate(config, 5000)) == 0.0
+    # A horizon of its own: a run stopped at its budget trains with a longer run's schedule.
+    longer = LearnerConfig(
+        learning_rate=0.001, total_environment_frames=1000, learning_rate_anneal_frames=4000
+    )
+    assert float(optimise.annealed_learning_rate(longer, 1000)) == pytest.approx(0.00075)
+    assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
 
 
 def test_step_reduces_loss_on_a_fixed_batch():
@@ -309,6 +315,7 @@ def test_create_optimizer_slots_keeps_weights():
         ("discounting", 1.5, "--discounting=1.5"),
         ("vtrace_lambda", -0.5, "--vtrace_lambda=-0.5: must be in [0, 1]"),
         ("policy_clip", 1.0, "--policy_clip=1.0: must be in [0, 1)"),
+        ("learning_rate_anneal_frames", -1, "--learning_rate_anneal_frames=-1: must be >= 0"),
         ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
         ("epsilon", 0.0, "--epsilon=0.0"),
     ],
