@@ -2,7 +2,8 @@
 
 Shapes follow `impala.trajectory.Batch`: a batch's steps are `[T + 1, B, ...]`, where B counts
 environment trajectories. The loss terms are sums over time and batch, as in the IMPALA paper's
-code, so the paper's learning rates apply unchanged.
+code, so the paper's learning rates apply unchanged. With `policy_clip` the policy term is PPO's
+clipped surrogate on V-trace's targets instead (`compute_clipped_policy_loss`).
 """
 
 from __future__ import annotations
