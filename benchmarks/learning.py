@@ -18,7 +18,8 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       as `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
-again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run.
+again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
+and so does a larger --frames for a run that finished.
 """
 
 from __future__ import annotations
@@ -207,6 +208,31 @@ def _frames(frames: float) -> str:
     return f"{frames / 1e6:.1f}M" if frames >= 1e6 else f"{frames / 1e3:.0f}k"
 
 
+def _go_on(summary_path: str, frames: float, run_dir: str) -> bool:
+    """Says how the run in `run_dir` goes on to `frames`; a one-line error if it cannot."""
+    try:
+        with open(summary_path) as f:
+            summary = json.load(f)
+        stopped, done = bool(summary["stopped_early"]), int(summary["frames"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise app.UsageError(
+            f"--out_dir={run_dir} already holds a finished run; name a new one"
+        ) from None
+    if stopped:
+        print(f"[learning] resuming the stopped run in {run_dir}", flush=True)
+    elif done < frames:
+        print(
+            f"[learning] training the run in {run_dir} on from {done} frames to {frames:.0f}",
+            flush=True,
+        )
+    else:
+        raise app.UsageError(
+            f"--out_dir={run_dir} already holds a finished run of {done} frames; give a larger "
+            f"--frames to train it on, or name a new one"
+        )
+    return True
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -221,17 +247,9 @@ def main(argv: list[str]) -> int:
     resumed = False
     summary_path = os.path.join(run_dir, "learner_0.json")
     if os.path.exists(summary_path):
-        try:
-            with open(summary_path) as f:
-                resumed = bool(json.load(f)["stopped_early"])
-        except (OSError, ValueError, KeyError, TypeError):
-            resumed = False
-        if not resumed:
-            raise app.UsageError(
-                f"--out_dir={run_dir} already holds a finished run; name a new one"
-            )
-        # A stopped benchmark goes on from its latest checkpoint, with the flags it started with.
-        print(f"[learning] resuming the stopped run in {run_dir}", flush=True)
+        # A stopped run goes on from its latest checkpoint, with the flags it started with; so
+        # does a finished one given a larger budget.
+        resumed = _go_on(summary_path, frames, run_dir)
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as error:

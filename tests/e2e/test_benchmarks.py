@@ -177,3 +177,14 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     resumed = json.loads((out_dir / "learning.json").read_text())
     assert resumed["resumed"] and not resumed["stopped_early"]
     assert resumed["frames"] == budget and resumed["games"] > figures["games"]
+
+    # Finished, it refuses the same budget in one line and trains on to a larger one.
+    same = _run(*bench_argv(budget)[4:])
+    assert same.returncode != 0 and "Traceback" not in same.stderr
+    assert f"already holds a finished run of {budget} frames; give a larger" in same.stderr
+    longer = processes.start("learning_longer", bench_argv(budget + 2000))
+    assert processes.wait(longer, 180) == 0, processes.log(longer)
+    assert f"on from {budget} frames to {budget + 2000}" in processes.log(longer)
+    extended = json.loads((out_dir / "learning.json").read_text())
+    assert extended["frames"] == budget + 2000 and extended["games"] > resumed["games"]
+    assert processes_with(str(out_dir)) == []
