@@ -6,6 +6,8 @@
 Plays `--num_envs` games with random actions, keeps 64 frames from them, and prints for each
 checkpoint (or `init`, a network as it starts) on those frames:
   features alive   torso features (after the last ReLU) above 0 on at least one frame;
+  feature mean     their mean over frames and features (their scale: a per-weight optimiser
+                   step moves the logits in proportion to it);
   feature spread   the features' standard deviation across frames over their mean;
   logits std       the policy logits' standard deviation across frames (0: the same policy on
                    every frame, whatever it shows);
@@ -58,6 +60,7 @@ def probe(agent: networks.FeedForwardAgent, observations: np.ndarray) -> dict[st
     return {
         "features_alive": int((features > 0).any(axis=0).sum()),
         "features": features.shape[1],
+        "feature_mean": float(features.mean()),
         "feature_spread": float(features.std(axis=0).mean() / max(features.mean(), 1e-12)),
         "logits_std": float(output.policy_logits.numpy().std(axis=0).mean()),
         "value_std": float(output.baseline.numpy().std()),
@@ -85,6 +88,7 @@ def main(argv: list[str]) -> int:
         figures = probe(agent, observations)
         print(
             f"{path}: features alive {figures['features_alive']}/{figures['features']}, "
+            f"feature mean {figures['feature_mean']:.3f}, "
             f"feature spread {figures['feature_spread']:.3f}, "
             f"logits std {figures['logits_std']:.4f}, value std {figures['value_std']:.3f}"
         )
