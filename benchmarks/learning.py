@@ -208,7 +208,7 @@ def _frames(frames: float) -> str:
     return f"{frames / 1e6:.1f}M" if frames >= 1e6 else f"{frames / 1e3:.0f}k"
 
 
-def _go_on(summary_path: str, frames: float, run_dir: str) -> bool:
+def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
     """Says how the run in `run_dir` goes on to `frames`; a one-line error if it cannot."""
     try:
         with open(summary_path) as f:
@@ -230,7 +230,6 @@ def _go_on(summary_path: str, frames: float, run_dir: str) -> bool:
             f"--out_dir={run_dir} already holds a finished run of {done} frames; give a larger "
             f"--frames to train it on, or name a new one"
         )
-    return True
 
 
 def main(argv: list[str]) -> int:
@@ -249,7 +248,8 @@ def main(argv: list[str]) -> int:
     if os.path.exists(summary_path):
         # A stopped run goes on from its latest checkpoint, with the flags it started with; so
         # does a finished one given a larger budget.
-        resumed = _go_on(summary_path, frames, run_dir)
+        _go_on(summary_path, frames, run_dir)
+        resumed = True
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as error:
