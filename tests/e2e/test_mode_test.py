@@ -34,7 +34,10 @@ def _experiment(*flags: str, timeout: float = 120) -> subprocess.CompletedProces
     )
 
 
-_GAME_LINE = re.compile(r"game (\d+): score (\d+), (\d+) frames \((\d+) steps\), video (\S+)")
+# Scores may be negative or fractional; counts of a thousand or more carry separators ("1,152").
+_GAME_LINE = re.compile(
+    r"game (\d+): score (-?[\d.]+), ([\d,]+) frames \(([\d,]+) steps\), video (\S+)"
+)
 
 
 @pytest.mark.slow
@@ -84,6 +87,7 @@ def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
     assert sorted(os.listdir(video_dir)) == ["game_1.mp4", "game_2.mp4"]  # And nothing else.
     for index, _, frames, steps, path in games:
         assert path == os.path.join(video_dir, f"game_{index}.mp4")
-        assert 4 * (int(steps) - 1) < int(frames) <= 4 * int(steps)  # Frame skip 4.
+        steps, frames = int(steps.replace(",", "")), int(frames.replace(",", ""))
+        assert 4 * (steps - 1) < frames <= 4 * steps  # Frame skip 4.
         assert 10_000 < os.path.getsize(path) < 5_000_000
-        check_video(path, int(steps), fps=15, size=(160, 210))
+        check_video(path, steps, fps=15, size=(160, 210))
