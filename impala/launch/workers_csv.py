@@ -2,16 +2,18 @@
 
 Columns (header row required, any order; see sandbox/README.md):
   job                   learner | actor
-  host                  where the process runs (name or address)
+  host                  where the process runs: a DNS host name or an IPv4/IPv6 address
   tf_port               learners: the port actors reach it on; actors: unused (may be empty)
   ssh_port              SSH port of the host (default 22)
-  ssh_user              SSH user (default: the current user)
+  ssh_user              SSH user, a POSIX user name (default: the current user)
   ssh_key               private key file; empty: the SSH agent and default keys
-  cuda_visible_devices  GPUs for the process; empty: none
-  workdir   (optional)  where the project lives on that host (default: where it lives here)
-  python    (optional)  its interpreter (default: <workdir>/.venv/bin/python)
+  cuda_visible_devices  GPUs for the process, e.g. 0 or 0,1; empty: none
+  workdir   (optional)  absolute path of the project on that host (default: where it lives here)
+  python    (optional)  absolute path of its interpreter (default: <workdir>/.venv/bin/python)
 
-Passwords are never read from this file.
+Passwords are never read from this file. The file comes from others: every field is checked
+against what it may hold before anything uses it (no control characters anywhere; host and user
+only in their usual syntax), and every command built from the rows quotes what it interpolates.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import getpass
+import io
+import ipaddress
 import os
+import posixpath
+import re
 
 REQUIRED_COLUMNS = (
     "job",
@@ -32,6 +38,17 @@ REQUIRED_COLUMNS = (
 )
 OPTIONAL_COLUMNS = ("workdir", "python")
 JOBS = ("learner", "actor")
+
+# A workers CSV has one short row per process; anything much larger is not one.
+MAX_BYTES = 1 << 20
+# RFC 1123 host names: labels of letters, digits and hyphens (not first or last), dots between.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+# POSIX user names (as useradd accepts them, upper case too): never an option, never two words.
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*[$]?")
+_DEVICES = re.compile(r"[0-9]+(,[0-9]+)*")
+# Characters a path cannot hold if it is written into the ssh config mpirun uses: OpenSSH's
+# parsers disagree on backslashes inside quotes, and expand ${...} with no way to escape it.
+SSH_CONFIG_UNSAFE = frozenset({'"', "\\", "$"})
 
 
 class WorkersCsvError(ValueError):
@@ -81,15 +98,12 @@ def read_workers(path: str, default_workdir: str) -> list[Worker]:
     Raises:
       WorkersCsvError: naming the file, line and field of the first problem found.
     """
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-    except OSError as error:
-        raise WorkersCsvError(f"{path}: cannot read the workers CSV: {error.strerror}") from None
-    rows = [(number, row) for number, row in enumerate(rows, start=1) if _has_content(row)]
+    rows = [(number, row) for number, row in _read_rows(path) if _has_content(row)]
     if not rows:
         raise WorkersCsvError(f"{path}: empty; it needs a header row and one row per process")
     header_line, header = rows[0]
+    for value in header:
+        _check_printable(path, header_line, "header", value)
     columns = _check_header(path, header_line, header)
     counts = {job: 0 for job in JOBS}
     workers = []
@@ -99,6 +113,37 @@ def read_workers(path: str, default_workdir: str) -> list[Worker]:
         workers.append(worker)
     _check_run(path, workers)
     return workers
+
+
+def _read_rows(path: str) -> list[tuple[int, list[str]]]:
+    """(line where the row starts, fields) for every row; one-line errors for a file that is not
+    UTF-8 text or not CSV."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as error:
+        raise WorkersCsvError(f"{path}: cannot read the workers CSV: {error.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise WorkersCsvError(
+            f"{path}: larger than {MAX_BYTES} bytes: not a workers CSV (one short row per process)"
+        )
+    try:
+        text = data.decode("utf-8-sig")  # a byte order mark (as spreadsheets write) is skipped
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise WorkersCsvError(
+            f"{path}:{line}: not UTF-8 text (byte {data[error.start]:#04x})"
+        ) from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows = []
+    start = 1
+    try:
+        for row in reader:
+            rows.append((start, row))
+            start = reader.line_num + 1
+    except csv.Error as error:
+        raise WorkersCsvError(f"{path}:{start}: not a CSV row: {error}") from None
+    return rows
 
 
 def _has_content(row: list[str]) -> bool:
@@ -132,6 +177,9 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
         raise WorkersCsvError(
             f"{path}:{number}: {len(row)} fields but the header has {len(columns)}"
         )
+    for name, index in columns.items():
+        if index < len(row):
+            _check_printable(path, number, name, row[index])
 
     def field(name: str) -> str:
         index = columns.get(name)
@@ -144,8 +192,8 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     if job not in JOBS:
         fail("job", f"must be one of {', '.join(JOBS)}")
     host = field("host")
-    if not host or any(c.isspace() for c in host) or "/" in host:
-        fail("host", "must be a host name or address")
+    if not is_host(host):
+        fail("host", "must be a host name (letters, digits, '-' and '.') or an IP address")
     tf_port = _port(field("tf_port")) if field("tf_port") else None
     if field("tf_port") and tf_port is None:
         fail("tf_port", "must be a port number in 1-65535")
@@ -154,32 +202,83 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     ssh_port = _port(field("ssh_port") or "22")
     if ssh_port is None:
         fail("ssh_port", "must be a port number in 1-65535")
+    ssh_user = field("ssh_user")
+    if ssh_user and not is_user_name(ssh_user):
+        fail(
+            "ssh_user",
+            "must be a user name: letters, digits, '_', '.', '-' (not first) and a final '$', "
+            "at most 32 characters",
+        )
     ssh_key = os.path.expanduser(field("ssh_key"))
     if ssh_key and not os.path.isfile(ssh_key):
         fail("ssh_key", "no such private key file")
-    devices = field("cuda_visible_devices")
-    if devices and not all(part.strip().isdigit() for part in devices.split(",")):
+    if any(c in SSH_CONFIG_UNSAFE for c in ssh_key):
+        fail("ssh_key", "may not contain \", \\ or $ (they cannot go into mpirun's ssh config)")
+    devices = "".join(field("cuda_visible_devices").split())
+    if devices and not _DEVICES.fullmatch(devices):
         fail("cuda_visible_devices", "must be empty or GPU indices like 0 or 0,1")
     workdir = field("workdir") or default_workdir
-    if not os.path.isabs(workdir):
+    if not posixpath.isabs(workdir):
         fail("workdir", "must be an absolute path")
+    python = field("python") or posixpath.join(workdir, ".venv", "bin", "python")
+    if not posixpath.isabs(python):
+        fail("python", "must be an absolute path")
     return Worker(
         job=job,
         task=counts[job],
         host=host,
         tf_port=tf_port,
         ssh_port=ssh_port,
-        ssh_user=field("ssh_user") or getpass.getuser(),
+        ssh_user=ssh_user or _current_user(path, number),
         ssh_key=ssh_key,
         cuda_visible_devices=devices,
         workdir=workdir,
-        python=field("python") or os.path.join(workdir, ".venv", "bin", "python"),
+        python=python,
         line=number,
     )
 
 
+def is_host(text: str) -> bool:
+    """Whether `text` is an IPv4 or IPv6 address (no zone) or an RFC 1123 host name: never an
+    option (`-...`), never anything a shell or an ssh config reads as more than a name."""
+    try:
+        ipaddress.ip_address(text)
+        return "%" not in text
+    except ValueError:
+        pass
+    labels = text.split(".")
+    return 0 < len(text) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
+def is_user_name(text: str) -> bool:
+    """Whether `text` is a POSIX user name: no option, whitespace, quote or control character."""
+    return len(text) <= 32 and _USER_NAME.fullmatch(text) is not None
+
+
+def _current_user(path: str, number: int) -> str:
+    user = getpass.getuser()
+    if not is_user_name(user):
+        raise WorkersCsvError(
+            f"{path}:{number}: ssh_user='': your user name here, {user!r}, is not a user name "
+            "SSH can be given safely; name the user"
+        )
+    return user
+
+
+def _check_printable(path: str, number: int, name: str, value: str) -> None:
+    """Refuses control characters (newline, carriage return, NUL, escape, ...) and other
+    characters that do not print, in any field: they would end or change a command line, an
+    ssh config line or a message."""
+    bad = next((c for c in value if not c.isprintable()), None)
+    if bad is not None:
+        raise WorkersCsvError(
+            f"{path}:{number}: {name}={value!r}: contains {bad!r} (U+{ord(bad):04X}), "
+            "a control or other non-printable character"
+        )
+
+
 def _port(text: str) -> int | None:
-    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+    return int(text) if re.fullmatch(r"[0-9]{1,5}", text) and 0 < int(text) < 65536 else None
 
 
 def _check_run(path: str, workers: list[Worker]) -> None:

@@ -1,5 +1,6 @@
 """The workers CSV: typed rows, and an error naming file, line and field for each bad input."""
 
+import csv
 import getpass
 
 import pytest
@@ -101,3 +102,230 @@ def test_example_csvs_in_sandbox_parse():
     for name in ("local_workers_example.csv", "multi_host_workers_example.csv"):
         workers = workers_csv.read_workers(f"sandbox/{name}", default_workdir="/srv/impala")
         assert {w.job for w in workers} == {"learner", "actor"}
+
+
+# ---- A CSV from someone else: every field holds only what it may -----------------------------
+
+FIELDS = [*HEADER.split(","), "workdir", "python"]
+LEGAL = {
+    "job": "learner",
+    "host": "h1",
+    "tf_port": "8001",
+    "ssh_port": "22",
+    "ssh_user": "alice",
+    "ssh_key": "",
+    "cuda_visible_devices": "0",
+    "workdir": "/srv/impala",
+    "python": "/srv/impala/.venv/bin/python",
+}
+
+
+def _refused(tmp_path, **values):
+    """The one-line error for a CSV whose line 2 is a learner with `values` (line 3 an actor)."""
+    path = tmp_path / "hostile.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIELDS)
+        writer.writerow([values.get(name, LEGAL[name]) for name in FIELDS])
+        writer.writerow(["actor", "h2", "", "22", "", "", "", "", ""])
+    with pytest.raises(WorkersCsvError) as raised:
+        workers_csv.read_workers(str(path), default_workdir="/srv/impala")
+    message = str(raised.value)
+    assert "\n" not in message and "\r" not in message, message
+    return str(path), message
+
+
+HOSTILE = [
+    "$(touch /tmp/PWNED)",
+    "`touch /tmp/PWNED`",
+    "x; touch /tmp/PWNED",
+    "'; touch /tmp/PWNED; '",
+    "-oProxyCommand=touch /tmp/PWNED",
+    "a b",
+    'a"b',
+    "a|b",
+    "a&b",
+    "a>b",
+    "a*",
+    "a/b",
+    "a\\b",
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_host_is_a_host_name_or_address_only(tmp_path, value):
+    path, message = _refused(tmp_path, host=value)
+    assert message == (
+        f"{path}:2: host={value!r}: must be a host name (letters, digits, '-' and '.') or an IP "
+        "address"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-h1",
+        "h1-",
+        "a..b",
+        ".h1",
+        "h1.",
+        "h_1",
+        "a" * 64,
+        ".".join(["a" * 63] * 4) + "a" * 2,
+        "fe80::1%eth0",
+        "1.2.3.4:22",
+        "[::1]",
+        "héte",
+    ],
+)
+def test_a_host_follows_rfc_1123(tmp_path, value):
+    path, message = _refused(tmp_path, host=value)
+    assert message.startswith(f"{path}:2: host={value!r}: must be a host name")
+
+
+def test_host_names_and_addresses_that_are_accepted(tmp_path):
+    path = tmp_path / "hosts.csv"
+    hosts = ["node-1.example.lan", "10.0.0.2", "::1", "fe80::1", "localhost", "1host", "A" * 63]
+    path.write_text(
+        f"{HEADER}\n"
+        + "".join(f"learner,{host},8001,22,,,\n" for host in hosts)
+        + "actor,h2,,22,,,\n"
+    )
+    workers = workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert [w.host for w in workers[:-1]] == hosts
+
+
+@pytest.mark.parametrize(
+    "value", [*HOSTILE, "-alice", "al ice", "al'ice", "a$b", "a" * 33, "élodie", "a:b", "a@b"]
+)
+def test_an_ssh_user_is_a_posix_user_name(tmp_path, value):
+    path, message = _refused(tmp_path, ssh_user=value)
+    assert message.startswith(f"{path}:2: ssh_user={value!r}: must be a user name: letters")
+
+
+def test_user_names_that_are_accepted(tmp_path):
+    path = tmp_path / "users.csv"
+    users = ["alice", "Alice_1", "svc.user-2", "_daemon", "machine$", "a" * 32]
+    path.write_text(
+        f"{HEADER}\n"
+        + "".join(f"learner,h1,{8001 + i},22,{user},,\n" for i, user in enumerate(users))
+        + "actor,h2,,22,,,\n"
+    )
+    workers = workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert [w.ssh_user for w in workers[:-1]] == users
+
+
+@pytest.mark.parametrize(
+    "name", ["job", "host", "tf_port", "ssh_port", "ssh_user", "ssh_key", "workdir", "python"]
+)
+@pytest.mark.parametrize(
+    "character", ["\n", "\r", "\0", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u202e"]
+)
+def test_a_control_character_in_any_field_is_refused(tmp_path, name, character):
+    value = f"{LEGAL[name] or '/k'}{character}ProxyCommand touch /tmp/PWNED"
+    path, message = _refused(tmp_path, **{name: value})
+    assert message == (
+        f"{path}:2: {name}={value!r}: contains {character!r} (U+{ord(character):04X}), a "
+        "control or other non-printable character"
+    )
+
+
+def test_a_control_character_in_the_header_is_refused(tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text(f'{HEADER},"workdir\nProxyCommand x"\n')
+    with pytest.raises(WorkersCsvError, match=r"header.csv:1: header='workdir\\nProxyCommand x'"):
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+
+
+def test_paths_may_hold_spaces_quotes_and_shell_characters_and_stay_intact(tmp_path):
+    workdir = "/srv/my project/it's #1 $(not run) `nor this`; & | > *"
+    python = "/opt/py 3/'bin'/python"
+    path = tmp_path / "paths.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(FIELDS)
+        writer.writerow(["learner", "h1", "8001", "22", "alice", "", "", workdir, python])
+        writer.writerow(["actor", "h1", "", "22", "alice", "", "", workdir, ""])
+    learner, actor = workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert (learner.workdir, learner.python) == (workdir, python)
+    assert (actor.workdir, actor.python) == (workdir, f"{workdir}/.venv/bin/python")
+
+
+@pytest.mark.parametrize("name", ["workdir", "python"])
+@pytest.mark.parametrize("value", ["-oProxyCommand=touch /tmp/PWNED", "$(touch /tmp/x)", "py"])
+def test_workdir_and_python_are_absolute_paths(tmp_path, name, value):
+    path, message = _refused(tmp_path, **{name: value})
+    assert message == f"{path}:2: {name}={value!r}: must be an absolute path"
+
+
+@pytest.mark.parametrize("character", ['"', "\\", "$"])
+def test_an_ssh_key_path_mpiruns_ssh_config_cannot_hold_is_refused(tmp_path, character):
+    key = tmp_path / f"id{character}key"
+    key.write_text("not really a key")
+    path, message = _refused(tmp_path, ssh_key=str(key))
+    assert message.startswith(f"{path}:2: ssh_key={str(key)!r}: may not contain")
+
+
+def test_an_ssh_key_must_be_a_file(tmp_path):
+    path, message = _refused(tmp_path, ssh_key=str(tmp_path))
+    assert message == f"{path}:2: ssh_key={str(tmp_path)!r}: no such private key file"
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("tf_port", "²"),  # str.isdigit() says yes, int() says no: it was a traceback
+        ("tf_port", "٨٠٠١"),  # Arabic-Indic digits: int() reads them, a port is ASCII
+        ("tf_port", "-1"),
+        ("ssh_port", "2 2"),
+        ("cuda_visible_devices", "0;touch /tmp/PWNED"),
+        ("cuda_visible_devices", "0,,1"),
+        ("cuda_visible_devices", "²"),
+    ],
+)
+def test_ports_and_devices_are_ascii_digits(tmp_path, name, value):
+    path, message = _refused(tmp_path, **{name: value})
+    assert message.startswith(f"{path}:2: {name}={value!r}: must be")
+
+
+def test_a_field_over_the_csv_modules_limit_names_its_line(tmp_path):
+    path = tmp_path / "huge.csv"
+    path.write_text(f"{HEADER}\nlearner,h1,8001,22,,,\nactor,{'h' * 200_000},,22,,,\n")
+    with pytest.raises(WorkersCsvError) as raised:
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert str(raised.value) == (
+        f"{path}:3: not a CSV row: field larger than field limit ({csv.field_size_limit()})"
+    )
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes(f"{HEADER}\nlearner,h1,8001,22,,,\n".encode() + b"actor,h\xe9,,22,,,\n")
+    with pytest.raises(WorkersCsvError) as raised:
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert str(raised.value) == f"{path}:3: not UTF-8 text (byte 0xe9)"
+
+
+def test_a_file_far_larger_than_a_workers_csv_is_refused_unread(tmp_path):
+    path = tmp_path / "big.csv"
+    path.write_text(f"{HEADER}\n" + "# padding\n" * 200_000)
+    with pytest.raises(WorkersCsvError, match=r"big.csv: larger than 1048576 bytes"):
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+
+
+def test_lines_are_counted_in_the_file_across_quoted_line_breaks(tmp_path):
+    path = tmp_path / "multiline.csv"
+    path.write_text(f'{HEADER}\n# a "comment\n\nlearner,h1,8001,22,,,\nactor,"h\n2",,22,,,\n')
+    with pytest.raises(WorkersCsvError, match=r"multiline.csv:5: host='h\\n2': contains"):
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+
+
+def test_a_spreadsheets_byte_order_mark_is_skipped(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(
+        b"\xef\xbb\xbf" + f"{HEADER}\nlearner,h1,8001,22,,,\nactor,h2,,22,,,\n".encode()
+    )
+    assert [w.job for w in workers_csv.read_workers(str(path), default_workdir="/srv")] == [
+        "learner",
+        "actor",
+    ]
