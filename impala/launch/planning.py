@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from impala import run_folder
+from impala.launch import workers_csv
 from impala.launch.workers_csv import Worker
 
 # The tmux window of a run's mpirun, on the first learner host.
@@ -222,11 +223,20 @@ def plan_run(
     mpirun_extra = []
     if any(w.host != first.host for w in learners):
         # Every learner host, the first included: mpirun may not recognise the name it runs
-        # under as itself. No tree spawn: only the first host has this config file.
+        # under as itself. No tree spawn: only the first host has this config file. mpirun
+        # splits plm_rsh_args at every space, quoted or not, so its ssh (started in mpirun's
+        # folder, the first learner's workdir) gets the config's path relative to that folder:
+        # only --logdir and the run's name must be free of spaces, not the workdir.
+        config_arg = posixpath.join(log_dir, "ssh_config")
+        if any(c.isspace() for c in config_arg):
+            raise ValueError(
+                f"--logdir={logdir!r} and the run name {run_name!r}: learners on several hosts "
+                "need a run folder path without spaces (mpirun splits its ssh options at spaces)"
+            )
         mpirun_extra = [
             "--mca",
             "plm_rsh_args",
-            f"-F {ssh_config_path}",
+            f"-F {config_arg}",
             "--mca",
             "plm_rsh_no_tree_spawn",
             "1",
@@ -298,18 +308,46 @@ def _in_workdir(workdir: str, log_dir: str, line: str, name: str) -> str:
 
 def ssh_config(hosts: Sequence[Worker], accept_unknown_host_keys: bool, known_hosts: str) -> str:
     """The ssh config mpirun uses to reach the other learner hosts: never a password prompt,
-    host keys checked against known_hosts unless the user accepted unknown ones."""
+    host keys checked against known_hosts unless the user accepted unknown ones.
+
+    Only checked values go in, so that no value can add a line (an option such as
+    ProxyCommand) or a second argument: host and user names as the workers CSV allows them,
+    ports, and paths in the syntax of `_ssh_config_path`.
+
+    Raises:
+      ValueError: a host, user or path that cannot be written safely.
+    """
     lines = []
     for worker in hosts:
+        if not workers_csv.is_host(worker.host):
+            raise ValueError(f"host={worker.host!r}: not a host name for mpirun's ssh config")
+        if not workers_csv.is_user_name(worker.ssh_user):
+            raise ValueError(
+                f"ssh_user={worker.ssh_user!r}: not a user name for mpirun's ssh config"
+            )
         lines += [
             f"Host {worker.host}",
             f"  HostName {worker.host}",
-            f"  Port {worker.ssh_port}",
+            f"  Port {int(worker.ssh_port)}",
             f"  User {worker.ssh_user}",
             "  BatchMode yes",
             f"  StrictHostKeyChecking {'accept-new' if accept_unknown_host_keys else 'yes'}",
-            f"  UserKnownHostsFile {known_hosts}",
+            f"  UserKnownHostsFile {_ssh_config_path('--known_hosts', known_hosts)}",
         ]
         if worker.ssh_key:
-            lines.append(f"  IdentityFile {worker.ssh_key}")
+            lines.append(f"  IdentityFile {_ssh_config_path('ssh_key', worker.ssh_key)}")
     return "\n".join(lines) + "\n"
+
+
+def _ssh_config_path(name: str, path: str) -> str:
+    """`path` as one ssh config argument: '%' doubled (ssh expands %-tokens in file names), in
+    double quotes if it holds a space, a single quote or '#' (which would split it, quote it or
+    start a comment). OpenSSH versions read a backslash in quotes differently and expand ${...}
+    with no escape, so paths with '"', '\\' or '$' are refused, as are control characters."""
+    if not path.isprintable() or any(c in workers_csv.SSH_CONFIG_UNSAFE for c in path):
+        raise ValueError(
+            f"{name}={path!r}: cannot go into mpirun's ssh config (no control characters, "
+            "'\"', '\\' or '$')"
+        )
+    path = path.replace("%", "%%")
+    return f'"{path}"' if any(c in path for c in " '#") else path

@@ -18,7 +18,14 @@ _STATUS_FORMAT = "#{window_name}|#{pane_dead}|#{pane_dead_status}"
 def tmux_new_window(session: str, window: planning.Window, first: bool) -> list[str]:
     """Creates the session (first window) or a window in it, keeping the pane after its process
     exits so that status can show how it ended. One tmux command list: nothing can exit between
-    the window's creation and the option being set."""
+    the window's creation and the option being set.
+
+    Raises:
+      ValueError: if the command ends with ';', which tmux would read as the end of its own
+        command, running the rest as further tmux commands.
+    """
+    if window.command.endswith(";"):
+        raise ValueError(f"window {window.name}: its command may not end with ';' (tmux)")
     create = (
         ["new-session", "-d", "-s", session, "-n", window.name]
         if first

@@ -1,6 +1,13 @@
 """The CSV frontend's plan: which host runs what, with the exact command lines."""
 
+import csv
+import dataclasses
+import os
+import re
 import shlex
+import subprocess
+
+import pytest
 
 from impala.launch import planning, tmux, workers_csv
 
@@ -76,7 +83,7 @@ def test_exact_mpirun_line_one_context_per_learner(tmp_path):
     assert _script(n1.windows[0]) == (
         "cd /w && mkdir -p runs/cluster && "
         "mpirun -H n1:2,n2:1 --bind-to none --map-by slot -x PYTHONUNBUFFERED=1 "
-        "--mca plm_rsh_args '-F /w/runs/cluster/ssh_config' --mca plm_rsh_no_tree_spawn 1 "
+        "--mca plm_rsh_args '-F runs/cluster/ssh_config' --mca plm_rsh_no_tree_spawn 1 "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES=0 /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES=1 /w/.venv/bin/python {learner} "
@@ -111,6 +118,7 @@ def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
             )
             assert f"tee -a /data/impala/cluster/{window.name}.log" in window.command
     assert plans[0].files[0][0] == "/data/impala/cluster/ssh_config"
+    assert "plm_rsh_args '-F /data/impala/cluster/ssh_config'" in _script(plans[0].windows[0])
 
 
 def test_session_names_are_per_run_and_host():
@@ -167,3 +175,109 @@ def test_status_parsing_and_summary_line():
     screen = "12:00 frames 1k/2M [--] | 900 frames/s\n12:00   step 3 | loss 1.0\n\n"
     assert tmux.summary_line(screen) == "12:00 frames 1k/2M [--] | 900 frames/s"
     assert tmux.summary_line("starting\nconnected\n") == "connected"
+
+
+# ---- Values from someone else's CSV ------------------------------------------------------------
+
+HOSTILE_WORKDIR = "/srv/my project/it's #1 $(touch /tmp/PWNED) `touch /tmp/PWNED`; &"
+HOSTILE_PYTHON = "/opt/py 3/'; touch /tmp/PWNED; '/python"
+
+
+def _two_host_workers(tmp_path, workdir="/w", python="", key=""):
+    path = tmp_path / "cluster.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(HEADER.split(","))
+        writer.writerow(["learner", "n1", "8001", "22", "alice", key, "", workdir, python])
+        writer.writerow(["learner", "n2", "8001", "2222", "bob", key, "", workdir, python])
+        writer.writerow(["actor", "n2", "", "2222", "bob", key, "", workdir, python])
+    return workers_csv.read_workers(str(path), default_workdir="/w")
+
+
+def test_paths_with_spaces_quotes_and_shell_characters_are_one_word_in_every_command(tmp_path):
+    workers = _two_host_workers(tmp_path, HOSTILE_WORKDIR, HOSTILE_PYTHON)
+    n1, n2 = planning.plan_run(workers, [], "cluster")
+    (learners,) = n1.windows
+    words = shlex.split(_script(learners))
+    assert words[:2] == ["cd", HOSTILE_WORKDIR]
+    assert words.count("-wdir") == 2 and words.count(HOSTILE_PYTHON) == 2
+    assert words[words.index("-wdir") + 1] == HOSTILE_WORKDIR
+    # mpirun splits plm_rsh_args at spaces: the config's path is relative to the workdir.
+    assert words[words.index("plm_rsh_args") + 1] == "-F runs/cluster/ssh_config"
+    assert n1.files[0][0] == f"{HOSTILE_WORKDIR}/runs/cluster/ssh_config"
+    (actor,) = n2.windows
+    words = shlex.split(_script(actor))
+    assert words[:2] == ["cd", HOSTILE_WORKDIR] and HOSTILE_PYTHON in words
+
+
+def test_learners_on_several_hosts_need_a_run_folder_path_without_spaces(tmp_path):
+    workers = _two_host_workers(tmp_path)
+    with pytest.raises(ValueError, match=r"--logdir='/data/my runs' .* without spaces"):
+        planning.plan_run(workers, [], "cluster", logdir="/data/my runs")
+
+
+def _ssh_reads(config, tmp_path, host):
+    """What ssh itself reads from `config` for `host` (`ssh -G`: no connection)."""
+    path = tmp_path / "ssh_config"
+    path.write_text(config)
+    out = subprocess.run(
+        ["ssh", "-G", "-F", str(path), host], capture_output=True, text=True, check=True
+    ).stdout
+    read = {}
+    for line in out.splitlines():
+        keyword, _, value = line.partition(" ")
+        read.setdefault(keyword, value)
+    return read
+
+
+def test_ssh_reads_the_paths_in_mpiruns_config_back_intact(tmp_path):
+    key = tmp_path / "my key's #1 =x"
+    key.write_text("not really a key")
+    workers = _two_host_workers(tmp_path, key=str(key))
+    (n1, _) = planning.plan_run(workers, [], "cluster", known_hosts="~/my known hosts")
+    for host, user, port in (("n1", "alice", "22"), ("n2", "bob", "2222")):
+        read = _ssh_reads(n1.files[0][1], tmp_path, host)
+        assert (read["hostname"], read["user"], read["port"]) == (host, user, port)
+        assert read["identityfile"] == str(key)
+        assert read["userknownhostsfile"] == os.path.expanduser("~/my known hosts")
+        assert "proxycommand" not in read and "localcommand" not in read
+
+
+def test_ssh_config_doubles_percent_signs(tmp_path):
+    key = tmp_path / "100%d"
+    key.write_text("not really a key")
+    (n1, _) = planning.plan_run(_two_host_workers(tmp_path, key=str(key)), [], "cluster")
+    assert f"  IdentityFile {tmp_path}/100%%d\n" in n1.files[0][1]
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("host", "-oProxyCommand=touch /tmp/PWNED"),
+        ("host", "n1\nProxyCommand touch /tmp/PWNED"),
+        ("ssh_user", "alice\nProxyCommand touch /tmp/PWNED"),
+        ("ssh_user", "alice ProxyCommand=x"),
+        ("ssh_key", "/k\nProxyCommand touch /tmp/PWNED"),
+        ("ssh_key", "/k/${HOME}"),
+        ("ssh_key", '/k" ProxyCommand "x'),
+    ],
+)
+def test_ssh_config_refuses_what_it_cannot_hold(tmp_path, field, value):
+    # Rows that did not come through the CSV's checks: the config still holds only safe values.
+    (worker, *_) = _two_host_workers(tmp_path)
+    with pytest.raises(ValueError, match=rf"{field}={re.escape(repr(value))}: "):
+        planning.ssh_config([dataclasses.replace(worker, **{field: value})], False, "~/kh")
+
+
+@pytest.mark.parametrize("known_hosts", ["/kh\nProxyCommand touch /tmp/PWNED", "/kh/$HOME"])
+def test_ssh_config_refuses_a_known_hosts_path_it_cannot_hold(tmp_path, known_hosts):
+    workers = _two_host_workers(tmp_path)
+    with pytest.raises(ValueError, match=r"--known_hosts=.*: cannot go into mpirun's ssh config"):
+        planning.plan_run(workers, [], "cluster", known_hosts=known_hosts)
+
+
+def test_tmux_never_gets_a_window_command_ending_in_a_semicolon():
+    # tmux reads an argument ending in ';' as the end of its command and runs the rest as tmux
+    # commands.
+    with pytest.raises(ValueError, match="may not end with ';'"):
+        tmux.tmux_new_window("impala_run", planning.Window("actor_0", "true;"), first=True)
