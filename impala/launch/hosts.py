@@ -243,22 +243,30 @@ def _preflight(host: Host, plan: planning.HostPlan) -> None:
 
 
 def _check_worker_command(worker) -> str:
-    """A shell command that fails with one line naming what is missing or busy."""
+    """A shell command that fails with one line naming what is missing or busy. Every value from
+    the CSV is quoted: in the tests, in the messages echoed and in the Python probe."""
+    workdir, python = shlex.quote(worker.workdir), shlex.quote(worker.python)
     checks = [
-        f"test -d {shlex.quote(worker.workdir)} || "
-        f"{{ echo 'workdir {worker.workdir} does not exist'; exit 1; }}",
-        f"test -x {shlex.quote(worker.python)} || "
-        f"{{ echo 'python {worker.python} is not an executable (run make setup there)'; exit 1; }}",
+        f"test -d {workdir} || {_fail_with(f'workdir {worker.workdir} does not exist')}",
+        f"test -x {python} || "
+        + _fail_with(f"python {worker.python} is not an executable (run make setup there)"),
     ]
     if worker.job == "learner":
+        where = f"tf_port {worker.tf_port} on {worker.host}: "
         probe = (
             "import socket, sys\n"
             "s = socket.socket()\n"
-            f"try: s.bind(({worker.host!r}, {worker.tf_port}))\n"
-            f"except OSError as e: sys.exit('tf_port {worker.tf_port} on {worker.host}: ' + str(e))"
+            f"try: s.bind(({worker.host!r}, {int(worker.tf_port)}))\n"
+            f"except OSError as e: sys.exit({where!r} + str(e))"
         )
-        checks.append(f"{shlex.quote(worker.python)} -c {shlex.quote(probe)}")
+        checks.append(f"{python} -c {shlex.quote(probe)}")
     return " && ".join(checks)
+
+
+def _fail_with(message: str) -> str:
+    """Shell: print `message` (quoted: it may hold anything the CSV holds) and exit 1. printf,
+    not echo: some shells' echo reads backslashes in it as escapes."""
+    return f"{{ printf '%s\\n' {shlex.quote(message)}; exit 1; }}"
 
 
 def print_status(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
