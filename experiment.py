@@ -92,6 +92,7 @@ def learner_job_config_from_flags():
         queue_capacity=FLAGS.queue_capacity,
         logdir=FLAGS.logdir,
         experiment=FLAGS.experiment,
+        secret_file=FLAGS.secret_file,
         flag_values=flag_values(),
         save_every_secs=FLAGS.save_every_secs,
         keep_checkpoints=FLAGS.keep_checkpoints,
@@ -144,7 +145,17 @@ def actor_job_config_from_flags():
         num_action_repeats=FLAGS.num_action_repeats,
         seed=FLAGS.seed,
         connect_timeout_secs=FLAGS.connect_timeout_secs,
+        secret_file=actor_secret_file(),
     )
+
+
+def actor_secret_file() -> str:
+    """--secret_file, or the run folder's secret when --logdir and --experiment name the run."""
+    if FLAGS.secret_file or not (FLAGS.logdir and FLAGS.experiment):
+        return FLAGS.secret_file
+    from impala import run_secret
+
+    return run_secret.path_in(run_folder.path(FLAGS.logdir, FLAGS.experiment))
 
 
 def run_single_process() -> None:

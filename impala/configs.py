@@ -102,11 +102,21 @@ def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:
         raise ValueError("--learner_hosts is empty: give one host:port per learner")
     for address in learner_hosts:
         parse_address(address, "--learner_hosts")
+    repeated = sorted({a for a in learner_hosts if learner_hosts.count(a) > 1})
+    if repeated:
+        raise ValueError(f"--learner_hosts: {', '.join(repeated)} named twice; one per learner")
 
 
 def parse_address(address: str, flag: str) -> tuple[str, int]:
-    """Splits "host:port", raising a one-line error that names `flag`."""
+    """Splits "host:port" ("[v6 address]:port" too), raising a one-line error naming `flag`.
+
+    The host is a name or address: no spaces, control characters or a leading '-'.
+    """
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{flag}: {address!r} is not host:port with a port in 1-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or host.startswith("-") or not all(c.isprintable() and c not in " /" for c in host):
+        raise ValueError(f"{flag}: {address!r}: {host!r} is not a host name or address")
     return host, int(port)

@@ -56,6 +56,14 @@ flags.DEFINE_string(
     "Name of the run's folder under --logdir (default: <level_name>-<start time>). Starting "
     "again with the folder of an earlier run resumes it from its latest checkpoint.",
 )
+flags.DEFINE_string(
+    "secret_file",
+    "",
+    "File holding the run secret that every call between actors and learners carries (64 "
+    "hexadecimal digits, readable by its owner only; see `python -m impala.run_secret`). "
+    "Default: `secret` in the run folder (<logdir>/<experiment>/secret), which the learner "
+    "creates if it is missing; actors need --experiment for that default.",
+)
 flags.DEFINE_bool(
     "summary_histograms", False, "Also write histograms of the weights to TensorBoard."
 )

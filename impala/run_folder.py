@@ -2,6 +2,7 @@
 
   <logdir>/<experiment>/
     flags.json                 every experiment.py flag of the latest start (rank 0)
+    secret                     the run secret (owner-only; `run_secret.py`)
     events.out.tfevents.*      TensorBoard summaries (rank 0), one file per start
     checkpoints/               rank 0's checkpoints (`checkpoints.py`)
     learner_<rank>.json        each learner's closing summary
@@ -26,7 +27,16 @@ CHECKPOINTS = "checkpoints"  # the folder of rank 0's checkpoints
 # Flags that say where and as what a process runs, not how it trains: they may differ between
 # the processes of one run and between its starts, and launchers set them for each process.
 PER_PROCESS_FLAGS = frozenset(
-    {"job_name", "task", "learner_hosts", "actor_hosts", "logdir", "experiment", "mode"}
+    {
+        "job_name",
+        "task",
+        "learner_hosts",
+        "actor_hosts",
+        "logdir",
+        "experiment",
+        "mode",
+        "secret_file",
+    }
 )
 
 

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from impala import run_secret
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -36,10 +38,21 @@ class Processes:
         return process
 
     def experiment(self, name: str, *flags: str) -> subprocess.Popen:
-        # Run folders go under the test's folder unless a test chooses its own.
+        # Run folders go under the test's folder unless a test chooses its own; every process
+        # of a test shares one run secret unless the test names its own.
         if not any(flag.startswith("--logdir=") for flag in flags):
             flags = (*flags, f"--logdir={os.path.join(self._log_dir, 'runs')}")
+        if not any(flag.startswith("--secret_file=") for flag in flags):
+            flags = (*flags, f"--secret_file={self.secret_file}")
         return self.start(name, [sys.executable, "-u", "experiment.py", *flags])
+
+    @property
+    def secret_file(self) -> str:
+        """The test's run secret, created (owner-only) on first use."""
+        path = os.path.join(self._log_dir, "secret")
+        if not os.path.exists(path):
+            run_secret.create(path)
+        return path
 
     def log(self, process: subprocess.Popen) -> str:
         with open(process.log_path) as f:

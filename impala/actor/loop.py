@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from impala import build, transport
+from impala import build, run_secret, transport
 from impala.actor.actor import Actor
 from impala.configs import check_learner_hosts
 
@@ -28,6 +29,7 @@ class ActorJobConfig:
       learner_hosts: "host:port" of every learner; this actor talks to learner task mod L.
       num_envs: environments stepped together by this actor.
       connect_timeout_secs: how long to wait for the learner to come up.
+      secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
     """
 
     level_name: str
@@ -39,11 +41,17 @@ class ActorJobConfig:
     num_action_repeats: int = 1
     seed: int = 0
     connect_timeout_secs: float = 600.0
+    secret_file: str = ""
 
     def __post_init__(self):
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
+        if not self.secret_file:
+            raise ValueError(
+                "--secret_file: an actor needs the run secret: the learner's run folder has "
+                "it (<logdir>/<experiment>/secret), copy it owner-only and name it here"
+            )
 
     @property
     def learner_address(self) -> str:
@@ -52,6 +60,7 @@ class ActorJobConfig:
 
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
+    secret = _read_secret(config, report)  # before anything slow: a bad file fails fast
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
     with build.environment(
         config.level_name, config.num_envs, env_seed, config.num_action_repeats
@@ -64,7 +73,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         counts = _Counts()
         try:
             while True:
-                client = _connect(config, spec, identity, list(agent.variables), report)
+                client = _connect(config, spec, identity, list(agent.variables), secret, report)
                 try:
                     _act(client, actor, counts, config, report)
                 except transport.LearnerUnreachableError as error:
@@ -104,12 +113,18 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
     report(f"actor {config.task} acting for learner {config.learner_address}")
     while True:
         _update_weights(client, actor)
+        refused = client.refused_chunks
         client.send(actor.unroll())
+        if client.refused_chunks > refused:
+            report(
+                f"actor {config.task}: the learner refused an unroll ({client.refused_chunks} "
+                "chunks so far); its log says why"
+            )
         client.report_episodes(actor.pop_episode_stats())
         counts.unrolls += 1
 
 
-def _connect(config, spec, identity, variables, report) -> transport.ActorClient:
+def _connect(config, spec, identity, variables, secret, report) -> transport.ActorClient:
     """Connects to the learner, retrying while it starts up."""
     deadline = time.monotonic() + config.connect_timeout_secs
     next_report = time.monotonic()
@@ -125,6 +140,7 @@ def _connect(config, spec, identity, variables, report) -> transport.ActorClient
                 identity,
                 variables,
                 connect_timeout_secs=min(_CONNECT_ATTEMPT_SECS, max(1.0, remaining)),
+                secret=secret,
             )
         except transport.LearnerUnreachableError as error:
             if time.monotonic() >= deadline:
@@ -136,6 +152,20 @@ def _connect(config, spec, identity, variables, report) -> transport.ActorClient
                 report(f"actor {config.task}: waiting for learner {config.learner_address}")
                 next_report = time.monotonic() + 30.0
             time.sleep(1.0)
+
+
+def _read_secret(config: ActorJobConfig, report) -> str:
+    """The run secret; a missing file is waited for as the learner is (the learner may be
+    creating it), anything else wrong with it is an error at once."""
+    deadline = time.monotonic() + config.connect_timeout_secs
+    while True:
+        try:
+            return run_secret.load(config.secret_file)
+        except run_secret.SecretError:
+            if os.path.lexists(config.secret_file) or time.monotonic() >= deadline:
+                raise
+        report(f"actor {config.task}: waiting for the run secret at {config.secret_file}")
+        time.sleep(1.0)
 
 
 def _wait_for_first_weights(client: transport.ActorClient, actor: Actor) -> None:

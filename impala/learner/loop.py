@@ -41,6 +41,8 @@ class LearnerJobConfig:
         (`learner_<rank>.json`). A run started again on the same folder resumes from its
         latest checkpoint. '' writes nothing.
       experiment: the run folder's name; '' lets rank 0 name it after the level and the time.
+      secret_file: the run secret every actor's call must carry (`impala/run_secret.py`);
+        '' is the run folder's `secret`, which rank 0 creates if it is missing.
       flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
       summary_histograms: also write histograms of the weights to TensorBoard.
       save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
@@ -59,6 +61,7 @@ class LearnerJobConfig:
     queue_capacity: int = 0
     logdir: str = ""
     experiment: str = ""
+    secret_file: str = ""
     flag_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     summary_histograms: bool = False
     log_every_secs: float = 5.0
@@ -70,6 +73,10 @@ class LearnerJobConfig:
     def __post_init__(self):
         check_learner_hosts(self.learner_hosts)
         run_folder.check_name(self.experiment)
+        if not (self.secret_file or self.logdir):
+            raise ValueError(
+                "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
+            )
         if self.queue_capacity < 0:
             raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
         if 0 < self.queue_capacity < self.learner.batch_size:
@@ -100,6 +107,7 @@ class _Counters:
     version: int = 0
     steps: int = 0
     trajectories_by_actor: Counter = dataclasses.field(default_factory=Counter)
+    refusals_reported: dict[str, int] = dataclasses.field(default_factory=dict)
     # When the first step ended, and the frames then: the steady-state rate is measured from
     # there, leaving out start-up, waiting for actors and tracing the train step.
     first_step_time: float | None = None
@@ -146,6 +154,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
     )
+    secret = saving.load_run_secret(config.secret_file, run_dir, topology, chief_report)
     checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
     resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
     # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
@@ -168,6 +177,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         learner_index=topology.rank,
         num_learners=topology.size,
         queue_capacity=config.queue_capacity or config.learner.batch_size,
+        secret=secret,
     )
     counters = _Counters()
     start_frames = 0
@@ -230,6 +240,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "frames_per_second_steady": _steady_rate(counters, progress.frames),
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
+        "refused_calls": service.refusals,
         "stopped_early": not progress.done,
     }
     saving.write_summary(run_dir, topology.rank, summary)
@@ -300,6 +311,7 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
             learning.summaries.episodes(progress.frames, episodes[:, 0], episodes[:, 1])
         if time.monotonic() >= next_report or progress.done:
             _report(learning, progress, stats, learners, frames_per_trajectory)
+            _report_refusals(learning)
             next_report = time.monotonic() + config.log_every_secs
     return progress
 
@@ -365,6 +377,21 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     )
     summaries.weights(progress.frames, learning.agent.variables)
     summaries.flush()
+
+
+def _report_refusals(learning: _Learning) -> None:
+    """Says (every learner, for itself) which calls it refused since it last said so."""
+    refusals = learning.service.refusals
+    seen = learning.counters.refusals_reported
+    new = {reason: n - seen.get(reason, 0) for reason, n in refusals.items()}
+    if any(new.values()):
+        logging.warning(
+            "learner %d refused %s (%d since it started)",
+            learning.topology.rank,
+            ", ".join(f"{n} call(s): {reason}" for reason, n in new.items() if n),
+            sum(refusals.values()),
+        )
+    learning.counters.refusals_reported = refusals
 
 
 def _wait_for_batch(service, batch_size, config, topology) -> transport.QueuedTrajectories | None:

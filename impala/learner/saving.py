@@ -4,6 +4,7 @@ summary each learner writes at its end. Only rank 0 writes, except its own summa
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import time
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from impala import run_folder, run_identity
+from impala import run_folder, run_identity, run_secret
 from impala.learner import allreduce, checkpoints
 
 
@@ -28,6 +29,36 @@ def make_run_folder(config, topology) -> str:
     run_dir = run_folder.path(config.logdir, name)
     os.makedirs(run_dir, exist_ok=True)
     return run_dir
+
+
+def load_run_secret(secret_file: str, run_dir: str, topology, report) -> str:
+    """The run secret every learner serves with: `secret_file`, or the run folder's.
+
+    Rank 0 creates the file if it is missing; the other learners read it (on their host) after
+    that, and all check that they hold the same secret as rank 0.
+
+    Raises:
+      ValueError: a secret file is missing, unusable (`run_secret.load`) or differs from
+        rank 0's.
+    """
+    path = secret_file or run_secret.path_in(run_dir)
+    secret, created = run_secret.ensure(path) if topology.is_chief else ("", False)
+    allreduce.wait_for_learners("secret_written")
+    if not topology.is_chief:
+        secret = run_secret.load(path)
+    # Horovod: only a digest travels between learners, and it is compared on rank 0's terms.
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    chief_digest = allreduce.broadcast_object_from_chief(digest)
+    if not hmac.compare_digest(digest, chief_digest):
+        raise run_secret.SecretError(
+            f"{path}: learner {topology.rank} holds another run secret than learner 0; copy "
+            "learner 0's file to every learner host"
+        )
+    report(
+        f"run secret {'created in' if created else 'read from'} {path} (owner-only); actors "
+        f"read it with --secret_file"
+    )
+    return secret
 
 
 def save_flags(run_dir: str, flag_values: Mapping[str, Any], report) -> None:

@@ -6,10 +6,16 @@ functions put trajectories into the learner's trajectory store (a bounded queue 
 (`client.py`) connected to its learner. What both sides must agree on, the trajectory spec and
 the arguments it implies, status codes, errors and encoding helpers, is in `wire.py`.
 
+Every call carries the run secret (`impala/run_secret.py`) as its first argument: the learner
+compares it in constant time and answers a call without it with a refusal, and nothing else (no
+weights, nothing queued, no episode recorded). Everything an actor sends is checked on arrival,
+and a bad chunk is refused and counted (`LearnerService.refusals`), so that the learner keeps
+training whatever arrives. Traffic is not encrypted (see the README's threat model).
+
 What travels how:
 - `hello`: the actor's identity and task; the learner answers whether it may connect.
 - `enqueue`: chunks of whole trajectories, time-major; the learner answers `ACCEPTED`,
-  `QUEUE_FULL` (the actor retries shortly) or `FINISHED`.
+  `QUEUE_FULL` (the actor retries shortly), `FINISHED`, `UNAUTHORIZED` or `REFUSED`.
 - `report_episodes`: the real returns, agent steps and frames of finished episodes.
 - `weights_version`, `weights_chunk`: the learner's weights, as a versioned snapshot string
   fetched in chunks.
@@ -33,6 +39,10 @@ from impala.transport.wire import (
     FINISHED,
     MAX_MESSAGE_BYTES,
     QUEUE_FULL,
+    REFUSAL_REASONS,
+    REFUSED,
+    UNAUTHORIZED,
+    AuthenticationError,
     LearnerFinishedError,
     LearnerUnreachableError,
     MismatchError,
@@ -45,7 +55,11 @@ __all__ = [
     "FINISHED",
     "MAX_MESSAGE_BYTES",
     "QUEUE_FULL",
+    "REFUSAL_REASONS",
+    "REFUSED",
+    "UNAUTHORIZED",
     "ActorClient",
+    "AuthenticationError",
     "EpisodeBatch",
     "LearnerFinishedError",
     "LearnerService",

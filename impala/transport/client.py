@@ -19,9 +19,14 @@ from impala import run_identity
 from impala.trajectory import Steps, Unroll
 from impala.transport.wire import (
     _FINISHED_VERSION,
+    _UNAUTHORIZED_HELLO,
+    _UNAUTHORIZED_VERSION,
     FINISHED,
     MAX_MESSAGE_BYTES,
     QUEUE_FULL,
+    REFUSED,
+    UNAUTHORIZED,
+    AuthenticationError,
     LearnerFinishedError,
     LearnerUnreachableError,
     MismatchError,
@@ -44,16 +49,20 @@ class ActorClient:
         variables: list[tf.Variable],
         timeout_secs: float = 30.0,
         connect_timeout_secs: float | None = None,
+        *,
+        secret: str,
     ):
         """Connects to the learner at `address` and checks that both sides agree.
 
         Args:
+          secret: the run secret (`impala/run_secret.py`), sent with every call.
           timeout_secs: the deadline of every call; the learner never holds a call for long.
           connect_timeout_secs: how long to try reaching the learner (default: timeout_secs).
 
         Raises:
           MismatchError: naming every setting that differs from the learner's, or if this
             actor belongs to another learner.
+          AuthenticationError: the learner refused `secret`.
           LearnerUnreachableError: no learner answered.
         """
         self._address = address
@@ -61,6 +70,10 @@ class ActorClient:
         self._task = actor_task
         self._spec = spec
         self._variables = list(variables)
+        self._secret = tf.constant(secret)
+        # Chunks of trajectories the learner refused (it says why in its log); a sound actor
+        # sees this only for unrolls acted with weights a restarted learner no longer has.
+        self.refused_chunks = 0
         try:
             self._client = _rpc.Client.create(
                 "grpc",
@@ -85,6 +98,8 @@ class ActorClient:
             .numpy()
             .decode()
         )
+        if answer == _UNAUTHORIZED_HELLO:
+            raise self._unauthorized()
         if answer.startswith("MISMATCH:"):
             learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
             raise MismatchError(
@@ -114,8 +129,11 @@ class ActorClient:
             # All chunks in flight at once; those refused for a full queue go again.
             pending = [(args, self._start_call("enqueue", args)) for args in chunks]
             statuses = [(args, int(self._check(result, "enqueue"))) for args, result in pending]
+            if any(status == UNAUTHORIZED for _, status in statuses):
+                raise self._unauthorized()
             if any(status == FINISHED for _, status in statuses):
                 raise LearnerFinishedError(f"learner at {self._address} has finished")
+            self.refused_chunks += sum(status == REFUSED for _, status in statuses)
             chunks = [args for args, status in statuses if status == QUEUE_FULL]
             if chunks:
                 time.sleep(backoff)
@@ -137,13 +155,15 @@ class ActorClient:
         """Sends finished episodes' real scores, agent steps and frames to the learner."""
         if not episodes:
             return
-        self._call(
+        status = self._call(
             "report_episodes",
             tf.constant(self._task, tf.int32),
             tf.constant([e.episode_return for e in episodes], tf.float32),
             tf.constant([e.episode_steps for e in episodes], tf.int64),
             tf.constant([e.episode_frames for e in episodes], tf.int64),
         )
+        if int(status) == UNAUTHORIZED:
+            raise self._unauthorized()
 
     def learner_version(self) -> int:
         """The learner's weight version (-1 before it publishes any).
@@ -152,6 +172,8 @@ class ActorClient:
           LearnerFinishedError: the learner has finished.
         """
         version = int(self._call("weights_version"))
+        if version == _UNAUTHORIZED_VERSION:
+            raise self._unauthorized()
         if version == _FINISHED_VERSION:
             raise LearnerFinishedError(f"learner at {self._address} has finished")
         return version
@@ -187,6 +209,8 @@ class ActorClient:
                 tf.constant(offset, tf.int64),
                 tf.constant(MAX_MESSAGE_BYTES, tf.int64),
             )
+            if int(chunk_version) == _UNAUTHORIZED_VERSION:
+                raise self._unauthorized()
             if version is None:
                 version, total = int(chunk_version), int(body_size)
             elif int(chunk_version) != version:
@@ -196,6 +220,12 @@ class ActorClient:
         flat = tf.io.parse_tensor(b"".join(chunks), tf.float32).numpy()
         return flat, version
 
+    def _unauthorized(self) -> AuthenticationError:
+        return AuthenticationError(
+            f"actor {self._task}: the learner at {self._address} refused this actor's run secret "
+            "(--secret_file must hold the same secret as the learner's)"
+        )
+
     def _call(self, method: str, *args):
         return self._check(self._start_call(method, list(args)), method)
 
@@ -203,7 +233,9 @@ class ActorClient:
         specs = self._client._method_registry[method]  # fetched from the server on connect
         # An explicit deadline on every call: without one, a call to a learner that died
         # waits forever.
-        return self._client.call(method, args, output_specs=specs, timeout_in_ms=self._timeout_ms)
+        return self._client.call(
+            method, [self._secret, *args], output_specs=specs, timeout_in_ms=self._timeout_ms
+        )
 
     def _check(self, result, method: str):
         if result.is_ok():

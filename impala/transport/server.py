@@ -6,21 +6,28 @@ docstring).
 
 from __future__ import annotations
 
+import errno
+import socket
 import time
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from impala import run_identity
+from impala import configs, run_identity, run_secret
 from impala.learner.store import FifoStore, TrajectoryStore
 from impala.trajectory import Steps
 from impala.transport.wire import (
     _FINISHED_VERSION,
+    _UNAUTHORIZED_HELLO,
+    _UNAUTHORIZED_VERSION,
     _VERSION_DIGITS,
     ACCEPTED,
     FINISHED,
     QUEUE_FULL,
+    REFUSAL_REASONS,
+    REFUSED,
+    UNAUTHORIZED,
     UnrollSpec,
     _split_steps,
     _swap_leading_axes,
@@ -54,11 +61,27 @@ class EpisodeBatch(NamedTuple):
     episode_frames: np.ndarray
 
 
+# Refusal reasons, by index into the service's counters.
+(
+    _WRONG_SECRET,
+    _NOT_OUR_TASK,
+    _MALFORMED,
+    _ACTION_OUT_OF_RANGE,
+    _NON_FINITE,
+    _NEGATIVE_VERSION,
+) = range(len(REFUSAL_REASONS))
+
+
 class LearnerService:
     """The learner's side: a trajectory store and a weight snapshot, served over RPC.
 
     Trajectories go into a `TrajectoryStore` (`impala/learner/store.py`): a bounded FIFO queue
     by default. A replay scheme is a new `TrajectoryStore` in that file, passed as `store`.
+
+    Every method takes the run secret first and does nothing for a caller without it (see
+    `impala/run_secret.py`): it hands out no weights, queues nothing, records no episode. What
+    it queues is checked first (`_trajectory_problem`), so that nothing an actor sends can stop
+    the learner. Each refused call is counted by reason (`refusals`).
     """
 
     def __init__(
@@ -71,12 +94,14 @@ class LearnerService:
         num_learners: int,
         queue_capacity: int | None = None,
         *,
+        secret: str,
         store: TrajectoryStore | None = None,
     ):
         """Starts serving at `address` ("host:port").
 
         Args:
-          address: where to listen; "0.0.0.0:port" listens on every interface.
+          address: where to listen: the address of this host that actors reach it on
+            ("0.0.0.0:port" listens on every interface).
           spec: trajectory shapes.
           identity: settings that an actor must share with this learner (environment, network,
             unroll length...), compared field by field when an actor connects.
@@ -85,14 +110,24 @@ class LearnerService:
           num_learners: the number of learners.
           queue_capacity: trajectories the queue holds before `enqueue` asks actors to wait,
             for a `FifoStore` (see there) made here; give either this or `store`.
+          secret: the run secret (`run_secret.LENGTH` hexadecimal digits) every call carries.
           store: where trajectories wait for the learner; its `capacity` is `queue_capacity`.
+
+        Raises:
+          ValueError: `address` is malformed or cannot be listened on (another process holds
+            the port, or it is not an address of this host), or `secret` is not a secret.
         """
         if (queue_capacity is None) == (store is None):
             raise ValueError(
                 "LearnerService needs either queue_capacity (for a FIFO queue) or a store, "
                 f"not both or neither: got queue_capacity={queue_capacity}, store={store}"
             )
+        if len(secret) != run_secret.LENGTH:
+            raise ValueError(f"a run secret has {run_secret.LENGTH} characters, not {len(secret)}")
+        check_listening_address(address)
         self.spec = spec
+        self._secret = tf.constant(np.frombuffer(secret.encode(), np.uint8))
+        self._refusals = tf.Variable(tf.zeros([len(REFUSAL_REASONS)], tf.int64), trainable=False)
         self._identity = run_identity.encode(identity)
         self._variables = list(variables)
         self._learner_index = learner_index
@@ -116,6 +151,11 @@ class LearnerService:
     @property
     def queue_capacity(self) -> int:
         return self._store.capacity
+
+    @property
+    def refusals(self) -> dict[str, int]:
+        """Calls refused since this learner started, by reason (`wire.REFUSAL_REASONS`)."""
+        return dict(zip(REFUSAL_REASONS, (int(n) for n in self._refusals.numpy()), strict=True))
 
     @property
     def trajectories_received(self) -> int:
@@ -150,23 +190,55 @@ class LearnerService:
 
     def _register_methods(self) -> None:
         scalar = tf.TensorSpec([], tf.int32)
+        secret = tf.TensorSpec([], tf.string)
         methods = {
-            "hello": (self._hello, [tf.TensorSpec([], tf.string), scalar]),
+            "hello": (self._hello, [secret, tf.TensorSpec([], tf.string), scalar]),
             "enqueue": (self._enqueue, self.spec.enqueue_signature()),
             "report_episodes": (
                 self._report_episodes,
-                [scalar] + [tf.TensorSpec([None], t) for t in (tf.float32, tf.int64, tf.int64)],
+                [secret, scalar]
+                + [tf.TensorSpec([None], t) for t in (tf.float32, tf.int64, tf.int64)],
             ),
-            "weights_version": (self._weights_version, []),
-            "weights_chunk": (self._weights_chunk, [tf.TensorSpec([], tf.int64)] * 2),
+            "weights_version": (self._weights_version, [secret]),
+            "weights_chunk": (self._weights_chunk, [secret] + [tf.TensorSpec([], tf.int64)] * 2),
         }
         for name, (method, signature) in methods.items():
             self._server.register(name, tf.function(method, input_signature=signature))
 
     # ---- RPC methods: run by the server's threads as TensorFlow functions -------------------
 
-    def _hello(self, actor_identity, actor_task):
+    def _authorized(self, secret):
+        """Whether `secret` is the run's, compared in time independent of where they differ."""
+
+        def same_bytes():
+            given = tf.io.decode_raw(secret, tf.uint8)
+            return tf.equal(tf.reduce_max(tf.bitwise.bitwise_xor(given, self._secret)), 0)
+
+        # Every secret has the same length, so the length tells an attacker nothing.
+        same_length = tf.equal(tf.strings.length(secret), run_secret.LENGTH)
+        return tf.cond(same_length, same_bytes, lambda: tf.constant(False))
+
+    def _refuse(self, reason, answer):
+        """Counts a refusal for `reason` (a `REFUSAL_REASONS` index) and returns `answer`."""
+        one = tf.one_hot(reason, len(REFUSAL_REASONS), dtype=tf.int64)
+        counted = self._refusals.assign_add(one)
+        with tf.control_dependencies([counted]):
+            return tf.nest.map_structure(tf.identity, answer)
+
+    def _owns(self, actor_task):
+        return tf.logical_and(
+            actor_task >= 0, tf.equal(actor_task % self._num_learners, self._learner_index)
+        )
+
+    def _hello(self, secret, actor_identity, actor_task):
         """Returns '' if the actor may connect, else the reason it may not."""
+        return tf.cond(
+            self._authorized(secret),
+            lambda: self._welcome(actor_identity, actor_task),
+            lambda: self._refuse(_WRONG_SECRET, tf.constant(_UNAUTHORIZED_HELLO)),
+        )
+
+    def _welcome(self, actor_identity, actor_task):
         owner = actor_task % self._num_learners
         wrong_learner = tf.strings.format(
             "actor task {} belongs to learner {} (task mod {} learners), not to learner {}",
@@ -177,10 +249,65 @@ class LearnerService:
         )
         return tf.where(tf.equal(owner, self._learner_index), mismatch, wrong_learner)
 
-    def _enqueue(self, actor_task, weight_version, *fields):
+    def _enqueue(self, secret, actor_task, weight_version, *fields):
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
-        spec = self.spec
         steps, agent_state = _split_steps(fields)
+
+        def checked():
+            problem = self._trajectory_problem(actor_task, weight_version, steps, agent_state)
+            return tf.cond(
+                problem >= 0,
+                lambda: self._refuse(problem, tf.constant(REFUSED)),
+                lambda: self._queue(actor_task, weight_version, steps, agent_state),
+            )
+
+        return tf.cond(
+            self._authorized(secret),
+            checked,
+            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
+        )
+
+    def _trajectory_problem(self, actor_task, weight_version, steps, agent_state):
+        """The index of the first reason to refuse these trajectories, or -1 if they are sound.
+
+        The RPC layer has checked dtypes and the shapes the signature fixes; this checks what it
+        cannot: that this learner owns the actor, that every field holds the same trajectories,
+        the observations' size, the actions' range, finite numbers and a weight version.
+        """
+        spec = self.spec
+        count = tf.shape(steps.prev_action)[1]
+        same_count = [tf.equal(tf.shape(f)[1], count) for f in steps if f is not steps.observation]
+        same_count += [tf.equal(tf.shape(s)[0], count) for s in agent_state]
+        observation_bytes = (
+            (spec.unroll_length + 1)
+            * tf.cast(count, tf.int64)
+            * int(np.prod(spec.observation_shape, dtype=np.int64))
+            * np.dtype(spec.observation_dtype).itemsize
+        )
+        sent_bytes = tf.cast(tf.strings.length(steps.observation), tf.int64)
+        well_formed = tf.reduce_all([*same_count, tf.equal(sent_bytes, observation_bytes)])
+
+        def in_range(actions):
+            return tf.reduce_all((actions >= 0) & (actions < spec.num_actions))
+
+        floats = [steps.reward, steps.policy_logits] + [
+            s for s in agent_state if s.dtype.is_floating
+        ]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(f)) for f in floats])
+        checks = [
+            (self._owns(actor_task), _NOT_OUR_TASK),
+            (well_formed, _MALFORMED),
+            (in_range(steps.action) & in_range(steps.prev_action), _ACTION_OUT_OF_RANGE),
+            (finite, _NON_FINITE),
+            (weight_version >= 0, _NEGATIVE_VERSION),
+        ]
+        problem = tf.constant(-1)
+        for passed, reason in reversed(checks):  # so that the first failing check is reported
+            problem = tf.where(passed, problem, reason)
+        return problem
+
+    def _queue(self, actor_task, weight_version, steps, agent_state):
+        spec = self.spec
         count = tf.shape(steps.prev_action)[1]
         # Observations arrive as one raw byte string (see the package docstring).
         observation = tf.reshape(
@@ -207,18 +334,61 @@ class LearnerService:
 
         return tf.cond(self._finished, lambda: tf.constant(FINISHED), admit)
 
-    def _report_episodes(self, actor_task, episode_return, episode_steps, episode_frames):
+    def _report_episodes(self, secret, actor_task, episode_return, episode_steps, episode_frames):
         count = tf.shape(episode_return)[0]
-        self._episodes.enqueue_many(
-            [tf.fill([count], actor_task), episode_return, episode_steps, episode_frames]
+
+        def record():
+            self._episodes.enqueue_many(
+                [tf.fill([count], actor_task), episode_return, episode_steps, episode_frames]
+            )
+            return tf.constant(ACCEPTED)
+
+        def checked():
+            well_formed = (
+                tf.equal(tf.shape(episode_steps)[0], count)
+                & tf.equal(tf.shape(episode_frames)[0], count)
+                & tf.reduce_all(episode_steps >= 0)
+                & tf.reduce_all(episode_frames >= 0)
+            )
+            problem = tf.where(well_formed, -1, _MALFORMED)
+            finite = tf.reduce_all(tf.math.is_finite(episode_return))
+            problem = tf.where(finite, problem, _NON_FINITE)
+            problem = tf.where(self._owns(actor_task), problem, _NOT_OUR_TASK)
+            return tf.cond(
+                problem >= 0, lambda: self._refuse(problem, tf.constant(REFUSED)), record
+            )
+
+        return tf.cond(
+            self._authorized(secret),
+            checked,
+            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
         )
-        return tf.constant(True)
 
-    def _weights_version(self):
-        return tf.where(self._finished, tf.constant(_FINISHED_VERSION, tf.int64), self._version)
+    def _weights_version(self, secret):
+        def version():
+            return tf.where(
+                self._finished, tf.constant(_FINISHED_VERSION, tf.int64), self._version.read_value()
+            )
 
-    def _weights_chunk(self, offset, length):
+        refused = tf.constant(_UNAUTHORIZED_VERSION, tf.int64)
+        return tf.cond(
+            self._authorized(secret), version, lambda: self._refuse(_WRONG_SECRET, refused)
+        )
+
+    def _weights_chunk(self, secret, offset, length):
         """Returns (version, snapshot bytes, snapshot[offset:offset + length]) from one read."""
+
+        def refuse(reason):
+            answer = (tf.constant(_UNAUTHORIZED_VERSION, tf.int64), tf.constant(0, tf.int64), "")
+            return lambda: self._refuse(reason, answer)
+
+        def checked():
+            sound = (offset >= 0) & (length >= 0)
+            return tf.cond(sound, lambda: self._chunk(offset, length), refuse(_MALFORMED))
+
+        return tf.cond(self._authorized(secret), checked, refuse(_WRONG_SECRET))
+
+    def _chunk(self, offset, length):
         snapshot = self._snapshot.read_value()
         version = tf.strings.to_number(tf.strings.substr(snapshot, 0, _VERSION_DIGITS), tf.int64)
         body_size = tf.cast(tf.strings.length(snapshot), tf.int64) - _VERSION_DIGITS
@@ -246,6 +416,39 @@ class LearnerService:
             weight_version,
             agent_state=agent_state,
             steps=Steps(*map(_swap_leading_axes, steps)),
+        )
+
+
+def check_listening_address(address: str) -> None:
+    """Raises a one-line error unless a server can listen at `address` ("host:port") now.
+
+    gRPC's own bind failures go unreported (it logs them and serves nothing), and it lets a
+    second server share a port (SO_REUSEPORT): so binding is tried here first, without sharing.
+    """
+    host, port = configs.parse_address(address, "learner address")
+    try:
+        candidates = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ValueError(
+            f"cannot listen at {address}: {host} does not resolve ({error.strerror})"
+        ) from None
+    failures = []
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise ValueError(
+                        f"cannot listen at {address}: port {port} is in use by another process"
+                    ) from None
+                failures.append(f"{sockaddr[0]}: {error.strerror}")
+    # A name with an IPv6 address on a host without IPv6 still has its IPv4 one.
+    if len(failures) == len(candidates):
+        raise ValueError(
+            f"cannot listen at {address} ({'; '.join(failures)}): is {host} an address of "
+            "this host?"
         )
 
 

@@ -31,14 +31,31 @@ class LearnerUnreachableError(ConnectionError):
     """The learner did not answer (it died, or the network between us failed)."""
 
 
-# What `enqueue` answers.
-ACCEPTED, QUEUE_FULL, FINISHED = 0, 1, 2
-# What `weights_version` answers once the learner has finished.
+# What `enqueue` and `report_episodes` answer: UNAUTHORIZED for a call without the run's secret,
+# REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`).
+ACCEPTED, QUEUE_FULL, FINISHED, UNAUTHORIZED, REFUSED = 0, 1, 2, 3, 4
+# What `weights_version` answers once the learner has finished, and to a call without the secret.
 _FINISHED_VERSION = -2
+_UNAUTHORIZED_VERSION = -3
+# What `hello` answers to a call without the secret.
+_UNAUTHORIZED_HELLO = "UNAUTHORIZED"
+# Why a learner refuses a call, in the order of its refusal counters.
+REFUSAL_REASONS = (
+    "wrong secret",
+    "actor task not this learner's",
+    "malformed",
+    "action out of range",
+    "non-finite value",
+    "negative weight version",
+)
 
 
 class MismatchError(ValueError):
     """The actor and the learner were started with incompatible settings."""
+
+
+class AuthenticationError(ValueError):
+    """The learner refused this process's run secret."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +103,12 @@ class UnrollSpec:
     def enqueue_signature(self) -> list[tf.TensorSpec]:
         """RPC arguments of `enqueue`: the time-major fields of `n` trajectories.
 
-        The actor task, the weight version, the `Steps` fields [T + 1, n, ...] (observations as
-        one raw byte string), the flattened core state [n, ...].
+        The run secret, the actor task, the weight version, the `Steps` fields [T + 1, n, ...]
+        (observations as one raw byte string), the flattened core state [n, ...].
         """
         step_specs = self._step_specs([self.unroll_length + 1, None])
         return [
+            tf.TensorSpec([], tf.string),  # run secret
             tf.TensorSpec([], tf.int32),  # actor task
             tf.TensorSpec([], tf.int64),  # weight version
             *step_specs._replace(observation=tf.TensorSpec([], tf.string)),

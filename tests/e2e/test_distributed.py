@@ -70,6 +70,7 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
             "--learning_rate=0.01",  # weights that differ clearly from one version to the next
             f"--total_environment_frames={steps * batch_size * UNROLL_LENGTH}",
             f"--logdir={tmp_path / 'runs'}",
+            f"--secret_file={processes.secret_file}",
         ],
     )
     actors = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in range(2)]

@@ -9,6 +9,7 @@ in that process. run_local.py's whole run goes that way in `test_distributed.py`
 import subprocess
 import sys
 
+from impala import run_secret
 from impala.launch.single_host import free_ports
 from tests.helpers import ROOT
 
@@ -45,14 +46,17 @@ def test_run_local_checks_its_flags_without_the_ml_stack():
     )
 
 
-def test_an_actor_runs_without_horovod():
+def test_an_actor_runs_without_horovod(tmp_path):
     (port,) = free_ports(1)  # nobody listens there: the actor gives up after its timeout
+    secret_file = str(tmp_path / "secret")
+    run_secret.create(secret_file)
     completed = _run(
         "experiment.py",
         "--job_name=actor",
         "--level_name=impala/Catch-v0",
         "--agent_name=MLPAgent",
         f"--learner_hosts=localhost:{port}",
+        f"--secret_file={secret_file}",
         "--connect_timeout_secs=1",
         refuse="horovod",
     )

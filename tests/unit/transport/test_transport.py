@@ -17,16 +17,25 @@ import tensorflow as tf
 from impala.learner.store import FifoStore
 from impala.trajectory import Steps, Unroll
 from impala.transport import (
+    ACCEPTED,
     MAX_MESSAGE_BYTES,
+    REFUSAL_REASONS,
+    REFUSED,
+    UNAUTHORIZED,
     ActorClient,
+    AuthenticationError,
     LearnerFinishedError,
     LearnerService,
     LearnerUnreachableError,
     MismatchError,
     UnrollSpec,
 )
+from impala.transport.server import check_listening_address
+
+_rpc = tf.distribute.experimental.rpc
 
 IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent": "ResNetLSTMAgent", "unroll_length": 4}
+SECRET = "5e" * 32  # a run secret: 64 hexadecimal digits
 ATARI_SHAPE = (84, 84, 4)
 LSTM_SIZE = 8
 # Long enough for a real hang to show, short enough that a broken test fails fast.
@@ -53,15 +62,18 @@ def _lstm_spec(unroll_length=4, observation_shape=ATARI_SHAPE, observation_dtype
 
 
 def _unroll(spec, num_envs, rng, weight_version=0, first_env=0):
-    """Random unroll whose `action[0]` holds each trajectory's env index, to find it again."""
+    """Random unroll whose `reward[0]` holds each trajectory's env index, to find it again.
+
+    (Not an action: the learner refuses actions outside the action space.)
+    """
     steps = (spec.unroll_length + 1, num_envs)
     if spec.observation_dtype == "uint8":
         observation = rng.integers(0, 256, (*steps, *spec.observation_shape), dtype=np.uint8)
     else:
         observation = rng.standard_normal((*steps, *spec.observation_shape))
         observation = observation.astype(spec.observation_dtype)
-    action = rng.integers(0, spec.num_actions, steps, dtype=np.int32)
-    action[0] = np.arange(first_env, first_env + num_envs)
+    reward = rng.standard_normal(steps).astype(np.float32)
+    reward[0] = np.arange(first_env, first_env + num_envs)
     return Unroll(
         agent_state=tuple(
             rng.standard_normal((num_envs, *shape)).astype(dtype)
@@ -69,10 +81,10 @@ def _unroll(spec, num_envs, rng, weight_version=0, first_env=0):
         ),
         steps=Steps(
             prev_action=rng.integers(0, spec.num_actions, steps, dtype=np.int32),
-            reward=rng.standard_normal(steps).astype(np.float32),
+            reward=reward,
             done=rng.random(steps) < 0.3,
             observation=observation,
-            action=action,
+            action=rng.integers(0, spec.num_actions, steps, dtype=np.int32),
             policy_logits=rng.standard_normal((*steps, spec.num_actions)).astype(np.float32),
         ),
         weight_version=weight_version,
@@ -82,7 +94,7 @@ def _unroll(spec, num_envs, rng, weight_version=0, first_env=0):
 def _assert_same_trajectories(batch, unroll, first_env=0):
     """Every env of `unroll` appears once in `batch`, bit-exact, whatever the order of chunks."""
     num_envs = unroll.steps.prev_action.shape[1]
-    envs = np.asarray(batch.steps.action)[0]
+    envs = np.asarray(batch.steps.reward)[0].astype(int)
     order = np.argsort(envs, kind="stable")
     np.testing.assert_array_equal(envs[order], np.arange(first_env, first_env + num_envs))
     for name, got, sent in zip(Steps._fields, batch.steps, unroll.steps, strict=True):
@@ -140,7 +152,14 @@ def make_service():
     def make(spec, variables=(), queue_capacity=64, learner_index=0, num_learners=1):
         address = _free_address()
         service = LearnerService(
-            address, spec, IDENTITY, list(variables), learner_index, num_learners, queue_capacity
+            address,
+            spec,
+            IDENTITY,
+            list(variables),
+            learner_index,
+            num_learners,
+            queue_capacity,
+            secret=SECRET,
         )
         services.append(service)
         return service, address
@@ -150,9 +169,15 @@ def make_service():
         service.close()
 
 
-def _client(address, spec, actor_task=0, variables=(), identity=IDENTITY):
+def _client(address, spec, actor_task=0, variables=(), identity=IDENTITY, secret=SECRET):
     return ActorClient(
-        address, actor_task, spec, identity, list(variables), timeout_secs=CLIENT_TIMEOUT_SECS
+        address,
+        actor_task,
+        spec,
+        identity,
+        list(variables),
+        timeout_secs=CLIENT_TIMEOUT_SECS,
+        secret=secret,
     )
 
 
@@ -250,7 +275,7 @@ def test_dequeued_trajectories_carry_actor_task_and_weight_version(make_service)
     got = {
         int(env): (int(task), int(version))
         for env, task, version in zip(
-            np.asarray(batch.steps.action)[0],
+            np.asarray(batch.steps.reward)[0],
             batch.actor_task.numpy(),
             batch.weight_version.numpy(),
             strict=True,
@@ -268,17 +293,15 @@ def test_dequeued_trajectories_carry_actor_task_and_weight_version(make_service)
 
 def test_learner_errors_other_than_closing_raise_the_matching_tf_error(make_service):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec)
-    rng = np.random.default_rng(5)
+    service, address = make_service(spec, [tf.Variable(np.zeros(3, np.float32))])
+    service.publish_weights(0)
     client = _client(address, spec)
-    bad = _unroll(spec, 2, rng)
-    # The learner cannot reshape it.
-    bad = bad._replace(steps=bad.steps._replace(observation=bad.steps.observation[..., :2]))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="enqueue"):
-        client.send(bad)
-    assert service.queue_size == 0
+    # A chunk beyond the end of the weights' snapshot: the learner's substr fails.
+    beyond = (tf.constant(10**9, tf.int64), tf.constant(10, tf.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weights_chunk"):
+        client._call("weights_chunk", *beyond)
 
-    good = _unroll(spec, 2, rng)
+    good = _unroll(spec, 2, np.random.default_rng(5))
     client.send(good)
     _assert_same_trajectories(service.dequeue(2), good)
 
@@ -399,9 +422,9 @@ def test_the_service_keeps_trajectories_in_the_store_it_is_given():
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     store = FifoStore(spec.queue_specs(), capacity=5)
     with pytest.raises(ValueError, match="either queue_capacity"):
-        LearnerService(_free_address(), spec, IDENTITY, [], 0, 1, 5, store=store)
+        LearnerService(_free_address(), spec, IDENTITY, [], 0, 1, 5, store=store, secret=SECRET)
     address = _free_address()
-    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store)
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store, secret=SECRET)
     try:
         assert service.queue_capacity == 5
         unroll = _unroll(spec, 2, np.random.default_rng(14))
@@ -421,14 +444,14 @@ def test_connecting_where_no_learner_listens_raises_unreachable():
         address = f"localhost:{sock.getsockname()[1]}"
         spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
         with pytest.raises(LearnerUnreachableError):
-            ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0)
+            ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0, secret=SECRET)
 
 
 def test_calls_to_a_learner_that_is_gone_raise_unreachable():
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     address = _free_address()
-    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8)
-    client = ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0)
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+    client = ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0, secret=SECRET)
     gone = weakref.ref(service)
     del service
     gc.collect()  # the server stops when the service is collected
@@ -573,3 +596,207 @@ def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
     service, _ = make_service(spec)
     episodes = service.pop_episodes()
     assert all(field.shape == (0,) for field in episodes)
+
+
+# ---- The run secret -------------------------------------------------------------------------
+
+
+def _raw_client(address):
+    """An RPC client of our own, as anyone who reaches the port could make one."""
+    return _rpc.Client.create("grpc", address, name=f"stranger_{time.monotonic_ns()}")
+
+
+def _refused(service, reason):
+    return service.refusals[reason]
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["", "5e" * 31 + "5f", "5E" * 32, "5e" * 32 + "00", "x", "5e" * 16],
+    ids=["empty", "last-digit", "upper-case", "longer", "short", "prefix"],
+)
+def test_a_client_without_the_run_secret_is_refused_on_connecting(make_service, secret):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    with pytest.raises(AuthenticationError, match="refused this actor's run secret"):
+        _client(address, spec, secret=secret)
+    assert _refused(service, "wrong secret") == 1
+    assert sum(service.refusals.values()) == 1
+
+
+def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
+    """Every method, called by a stranger: nothing read, nothing queued, every call counted."""
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    variables = [tf.Variable(np.arange(6, dtype=np.float32))]
+    service, address = make_service(spec, variables)
+    service.publish_weights(7)
+    stranger = _raw_client(address)
+    wrong = tf.constant("0" * 64)
+
+    version = stranger.weights_version(wrong).get_value()
+    assert int(version) == -3  # neither the version nor "finished"
+    chunk_version, size, chunk = stranger.weights_chunk(
+        wrong, tf.constant(0, tf.int64), tf.constant(MAX_MESSAGE_BYTES, tf.int64)
+    ).get_value()
+    assert (int(chunk_version), int(size), chunk.numpy()) == (-3, 0, b"")
+
+    unroll = _unroll(spec, 2, np.random.default_rng(20))
+    args = ActorClient._chunk_args(types.SimpleNamespace(_task=0), unroll, slice(0, 2))
+    assert int(stranger.enqueue(wrong, *args).get_value()) == UNAUTHORIZED
+    assert service.queue_size == 0 and service.trajectories_received == 0
+
+    episode = (
+        tf.constant(0, tf.int32),
+        tf.constant([21.0]),
+        tf.constant([10], tf.int64),
+        tf.constant([40], tf.int64),
+    )
+    assert int(stranger.report_episodes(wrong, *episode).get_value()) == UNAUTHORIZED
+    assert len(service.pop_episodes().episode_return) == 0
+
+    hello = stranger.hello(wrong, tf.constant("{}"), tf.constant(0, tf.int32)).get_value()
+    assert hello.numpy() == b"UNAUTHORIZED"
+    assert _refused(service, "wrong secret") == 5
+
+    # The same calls with the secret work: the refusals were about the secret alone.
+    right = tf.constant(SECRET)
+    assert int(stranger.weights_version(right).get_value()) == 7
+    assert int(stranger.enqueue(right, *args).get_value()) == ACCEPTED
+    assert int(stranger.report_episodes(right, *episode).get_value()) == ACCEPTED
+    assert service.queue_size == 2
+    assert service.pop_episodes().episode_return.tolist() == [21.0]
+
+
+def _tampered(unroll, **steps):
+    return unroll._replace(steps=unroll.steps._replace(**steps))
+
+
+def _bad_unrolls(spec, rng):
+    """(reason, unroll) pairs a learner must refuse, each bad in one way only."""
+    good = _unroll(spec, 2, rng)
+    steps = good.steps
+    action_high = steps.action.copy()
+    action_high[3, 1] = spec.num_actions
+    action_negative = steps.prev_action.copy()
+    action_negative[0, 0] = -1
+    reward_nan = steps.reward.copy()
+    reward_nan[2, 0] = np.nan
+    reward_inf = steps.reward.copy()
+    reward_inf[1, 1] = -np.inf
+    logits_nan = steps.policy_logits.copy()
+    logits_nan[4, 1, 2] = np.nan
+    state_inf = tuple(s.copy() for s in good.agent_state)
+    state_inf[0][1, 0] = np.inf
+    return [
+        ("action out of range", _tampered(good, action=action_high)),
+        ("action out of range", _tampered(good, prev_action=action_negative)),
+        ("non-finite value", _tampered(good, reward=reward_nan)),
+        ("non-finite value", _tampered(good, reward=reward_inf)),
+        ("non-finite value", _tampered(good, policy_logits=logits_nan)),
+        ("non-finite value", good._replace(agent_state=state_inf)),
+        # Observations of the wrong size: the learner could not reshape them.
+        ("malformed", _tampered(good, observation=steps.observation[..., :2])),
+        # Fields that disagree on how many trajectories there are.
+        ("malformed", _tampered(good, reward=steps.reward[:, :1])),
+        ("malformed", good._replace(agent_state=tuple(s[:1] for s in good.agent_state))),
+        ("negative weight version", good._replace(weight_version=-5)),
+    ]
+
+
+def test_bad_trajectories_are_refused_counted_and_the_learner_goes_on(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    client = _client(address, spec)
+    rng = np.random.default_rng(21)
+    bad = _bad_unrolls(spec, rng)
+    for count, (reason, unroll) in enumerate(bad, start=1):
+        before = service.refusals[reason]
+        client.send(unroll)
+        assert client.refused_chunks == count, reason
+        assert service.refusals[reason] == before + 1, reason
+        assert service.queue_size == 0, reason
+    expected = {reason: sum(r == reason for r, _ in bad) for reason in REFUSAL_REASONS}
+    expected["wrong secret"] = 0
+    assert service.refusals == expected
+
+    good = _unroll(spec, 2, rng)
+    client.send(good)
+    _assert_same_trajectories(service.dequeue(2), good)
+
+
+def test_trajectories_and_episodes_of_another_learners_actor_are_refused(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, learner_index=1, num_learners=2)
+    insider = _raw_client(address)  # knows the secret, lies about its task
+    unroll = _unroll(spec, 1, np.random.default_rng(22))
+    for task in (0, 2, -1):
+        args = ActorClient._chunk_args(types.SimpleNamespace(_task=task), unroll, slice(0, 1))
+        assert int(insider.enqueue(tf.constant(SECRET), *args).get_value()) == REFUSED
+        episode = (
+            tf.constant(task, tf.int32),
+            tf.constant([1.0]),
+            tf.constant([1], tf.int64),
+            tf.constant([4], tf.int64),
+        )
+        assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
+    assert service.refusals["actor task not this learner's"] == 6
+    assert service.queue_size == 0 and len(service.pop_episodes().episode_return) == 0
+
+
+@pytest.mark.parametrize(
+    "returns, steps, frames, reason",
+    [
+        ([np.nan], [1], [4], "non-finite value"),
+        ([np.inf, 1.0], [1, 1], [4, 4], "non-finite value"),
+        ([1.0], [-1], [4], "malformed"),
+        ([1.0], [1], [-4], "malformed"),
+        ([1.0, 2.0], [1], [4, 4], "malformed"),
+    ],
+)
+def test_bad_episode_reports_are_refused(make_service, returns, steps, frames, reason):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    insider = _raw_client(address)
+    episode = (
+        tf.constant(0, tf.int32),
+        tf.constant(returns, tf.float32),
+        tf.constant(steps, tf.int64),
+        tf.constant(frames, tf.int64),
+    )
+    assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
+    assert service.refusals[reason] == 1
+    assert len(service.pop_episodes().episode_return) == 0
+
+
+def test_a_learner_refuses_a_secret_that_is_not_one(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    with pytest.raises(ValueError, match="64 characters"):
+        LearnerService(_free_address(), spec, IDENTITY, [], 0, 1, 8, secret="short")
+
+
+# ---- Listening ------------------------------------------------------------------------------
+
+
+def test_a_second_learner_on_a_busy_port_fails_at_start(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    _, address = make_service(spec)
+    with pytest.raises(ValueError, match=f"cannot listen at {address}: port .* is in use"):
+        LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        ("192.0.2.1:8001", "is 192.0.2.1 an address of this host"),  # TEST-NET-1: not ours
+        ("no-such-host.invalid:8001", "does not resolve"),
+        ("localhost:0", "not host:port"),
+        ("localhost:65536", "not host:port"),
+        ("localhost", "not host:port"),
+        ("-oProxyCommand=x:8001", "not a host name or address"),
+        ("local host:8001", "not a host name or address"),
+    ],
+)
+def test_an_address_that_cannot_be_listened_on_is_a_one_line_error(address, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        check_listening_address(address)
+    assert "\n" not in str(raised.value)
