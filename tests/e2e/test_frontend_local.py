@@ -1,11 +1,15 @@
 """The CSV frontend on this machine only: local tmux through libtmux, no SSH."""
 
+import json
 import os
+import shlex
 import subprocess
+import uuid
 
 import pytest
 
 from impala.launch.single_host import free_ports
+from tests import hostile_csv
 from tests.helpers import (
     ROOT,
     SMALL_RUN_FLAGS,
@@ -91,4 +95,124 @@ def test_local_start_status_stop(run_name, tmp_path):
     stopped = run_frontend(*flags, "--action=stop")
     assert stopped.returncode == 0, stopped.stderr
     assert processes_with(f"--experiment={run_name}") == []
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+# ---- A workers CSV from an attacker ------------------------------------------------------------
+
+
+def _marker(tmp_path):
+    return tmp_path / f"PWNED_{uuid.uuid4().hex[:8]}"
+
+
+def _one_line_error(result):
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    "field,name",
+    [
+        *((field, name) for field in ("host", "ssh_user") for name in hostile_csv.INJECTIONS),
+        *((field, name) for field in ("workdir", "python") for name in ("newline", "option")),
+    ],
+)
+def test_an_injection_in_the_csv_is_a_one_line_error_and_runs_nothing(
+    tmp_path, run_name, field, name
+):
+    marker = _marker(tmp_path)
+    value = hostile_csv.injection(name, marker)
+    if field in ("workdir", "python") and name == "newline":
+        value = f"/{value}"  # absolute: refused for its line break alone
+    # Learners on two hosts (mpirun's ssh config lists both), SSH to a port nothing listens on:
+    # a value that got through would fail later, after it had run.
+    closed = str(free_ports(1)[0])
+    rows = [
+        {"job": "learner", "host": "127.0.0.2", "tf_port": "8001", "ssh_port": closed},
+        {"job": "learner", "host": "127.0.0.3", "tf_port": "8001", "ssh_port": closed},
+        {"job": "actor", "host": "127.0.0.2", "ssh_port": closed},
+    ]
+    rows[0][field] = value
+    path = hostile_csv.write_csv(tmp_path / "hostile.csv", rows)
+    for dry_run in ([], ["--dry_run"]):
+        result = run_frontend(f"--workers_csv_path={path}", f"--run_name={run_name}", *dry_run)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert _one_line_error(result).startswith(
+            f"run_experiment_mm_raw.py: error: {path}:2: {field}={value!r}: "
+        )
+        assert not marker.exists()
+
+
+@pytest.mark.parametrize("field", ["workdir", "python"])
+@pytest.mark.parametrize("name", hostile_csv.PATH_NAMES)
+def test_a_path_with_shell_characters_is_passed_intact_and_runs_nothing(
+    tmp_path, run_name, field, name
+):
+    marker = _marker(tmp_path)
+    value = hostile_csv.hostile_path(tmp_path, name, marker)
+    row = {"host": "localhost", "workdir": str(tmp_path), field: value}
+    path = hostile_csv.write_csv(
+        tmp_path / "paths.csv",
+        [{**row, "job": "learner", "tf_port": str(free_ports(1)[0])}, {**row, "job": "actor"}],
+    )
+    flags = [f"--workers_csv_path={path}", f"--run_name={run_name}"]
+
+    planned = run_frontend(*flags, "--dry_run")
+    assert planned.returncode == 0, planned.stderr
+    windows = [line for line in planned.stdout.splitlines() if line.startswith("window ")]
+    assert len(windows) == 2
+    for line in windows:
+        bash = shlex.split(line.split(": ", 1)[1])
+        assert bash[:4] == ["bash", "-o", "pipefail", "-c"]
+        words = shlex.split(bash[4])
+        assert (words[1] if field == "workdir" else words[words.index("-u") - 1]) == value
+
+    # The start checks every row on its host first: here, through bash on this machine.
+    started = run_frontend(*flags)
+    assert started.returncode == 1, started.stdout + started.stderr
+    what = "does not exist" if field == "workdir" else "is not an executable (run make setup there)"
+    assert _one_line_error(started) == (
+        "run_experiment_mm_raw.py: error: localhost (learner_0, CSV line 2): "
+        f"{field} {value} {what}"
+    )
+    assert not marker.exists()
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+def test_a_run_starts_and_stops_in_a_workdir_and_python_with_shell_characters(tmp_path, run_name):
+    marker = _marker(tmp_path)
+    workdir = str(tmp_path / f"it's $(touch {marker}) `touch {marker}`; x")
+    python = str(tmp_path / f"py '; touch {marker}; '" / "python")
+    hostile_csv.recording_project(workdir, python)
+    row = {"host": "localhost", "workdir": workdir, "python": python}
+    path = hostile_csv.write_csv(
+        tmp_path / "paths.csv",
+        [
+            {**row, "job": "learner", "tf_port": str(free_ports(1)[0])},
+            {**row, "job": "actor"},
+            {**row, "job": "actor"},
+        ],
+    )
+    flags = [f"--workers_csv_path={path}", f"--run_name={run_name}"]
+    started = run_frontend(*flags)
+    assert started.returncode == 0, started.stdout + started.stderr
+
+    # Every process ran its workdir's experiment.py there, with that python, its output in the
+    # run folder under that workdir.
+    logs = {
+        name: os.path.join(workdir, "runs", run_name, f"{name}.log")
+        for name in ("learners", "actor_0", "actor_1")
+    }
+    wait_until(
+        lambda: all("RAN " in read_text(log) for log in logs.values()),
+        60,
+        lambda: f"not every process ran: {[read_text(log) for log in logs.values()]}",
+    )
+    for name, log in logs.items():
+        (ran,) = [json.loads(line[4:]) for line in read_text(log).splitlines() if "RAN " in line]
+        assert ran["cwd"] == workdir, name
+    stopped = run_frontend(*flags, "--action=stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not marker.exists()
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout

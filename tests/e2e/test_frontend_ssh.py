@@ -8,9 +8,11 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 
 import pytest
 
+from tests import hostile_csv
 from tests.helpers import (
     ROOT,
     SMALL_RUN_FLAGS,
@@ -186,3 +188,76 @@ def test_a_bad_host_stops_the_start_before_anything_runs(sshd, tmp_path, run_nam
     time.sleep(1)
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
     assert _run_processes(run_name) == []
+
+
+# ---- A workers CSV from an attacker, over SSH -------------------------------------------------
+
+
+def _hostile_rows(sshd, host=HOSTS[0], **values):
+    directory, port = sshd
+    row = {
+        "host": host,
+        "ssh_port": str(port),
+        "ssh_user": getpass.getuser(),
+        "ssh_key": str(directory / "client_key"),
+        **values,
+    }
+    return [{**row, "job": "learner", "tf_port": str(_free_port(host))}, {**row, "job": "actor"}]
+
+
+@pytest.mark.parametrize("field", ["workdir", "python"])
+@pytest.mark.parametrize("name", hostile_csv.PATH_NAMES)
+def test_the_checks_over_ssh_get_paths_with_shell_characters_intact_and_run_nothing(
+    sshd, tmp_path, run_name, field, name
+):
+    directory, _ = sshd
+    marker = tmp_path / f"PWNED_{uuid.uuid4().hex[:8]}"
+    value = hostile_csv.hostile_path(tmp_path, name, marker)
+    rows = _hostile_rows(sshd, **{"workdir": str(tmp_path), field: value})
+    csv_path = hostile_csv.write_csv(tmp_path / "paths.csv", rows)
+    result = _frontend(csv_path, directory / "known_hosts", run_name, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    what = "does not exist" if field == "workdir" else "is not an executable (run make setup there)"
+    assert result.stderr.strip() == (
+        f"run_experiment_mm_raw.py: error: {HOSTS[0]} (learner_0, CSV line 2): "
+        f"{field} {value} {what}"
+    )
+    assert not marker.exists()
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+def test_learners_on_two_hosts_run_in_a_workdir_and_python_with_shell_characters(
+    sshd, tmp_path, run_name
+):
+    # mpirun reaches the second host with the ssh config in the first one's workdir, and starts
+    # each rank in its workdir there.
+    directory, _ = sshd
+    marker = tmp_path / f"PWNED_{uuid.uuid4().hex[:8]}"
+    workdir = str(tmp_path / f"it's $(touch {marker}) `touch {marker}`; x")
+    python = str(tmp_path / f"py '; touch {marker}; '" / "python")
+    hostile_csv.recording_project(workdir, python)
+    rows = [
+        row for host in HOSTS for row in _hostile_rows(sshd, host, workdir=workdir, python=python)
+    ]
+    csv_path = hostile_csv.write_csv(tmp_path / "paths.csv", rows)
+    known_hosts = directory / "known_hosts"
+    started = _frontend(csv_path, known_hosts, run_name)
+    assert started.returncode == 0, started.stdout + started.stderr
+
+    run_dir = os.path.join(workdir, "runs", run_name)
+    logs = [os.path.join(run_dir, f"{name}.log") for name in ("learners", "actor_0", "actor_1")]
+
+    def ran(log):
+        return [json.loads(line[4:]) for line in read_text(log).splitlines() if "RAN " in line]
+
+    wait_until(
+        lambda: len(ran(logs[0])) == 2 and all(ran(log) for log in logs[1:]),
+        120,
+        lambda: f"not every process ran: {[read_text(log) for log in logs]}",
+    )
+    assert sorted(record["rank"] for record in ran(logs[0])) == ["0", "1"]
+    assert {record["cwd"] for log in logs for record in ran(log)} == {workdir}
+    stopped = _frontend(csv_path, known_hosts, run_name, "--action=stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not marker.exists()
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
