@@ -58,6 +58,11 @@ def run_name_for(csv_path: str) -> str:
         )
     name = FLAGS.run_name or FLAGS.experiment or os.path.splitext(os.path.basename(csv_path))[0]
     run_folder.check_name(name)
+    if not name.isprintable():  # the CSV's name may come from someone else, like its rows
+        raise ValueError(
+            f"run name {name!r} (--run_name, --experiment or the CSV's file name): has a control "
+            "or other non-printable character"
+        )
     return name
 
 

@@ -143,6 +143,20 @@ def test_an_injection_in_the_csv_is_a_one_line_error_and_runs_nothing(
         assert not marker.exists()
 
 
+def test_a_csv_named_with_a_line_break_is_a_one_line_error(tmp_path):
+    # The run is named after the CSV's file, which may come from someone else too.
+    with open(os.path.join(ROOT, "sandbox", "local_workers_example.csv")) as f:
+        example = f.read()
+    path = tmp_path / "cluster\nProxyCommand x.csv"
+    path.write_text(example)
+    result = run_frontend(f"--workers_csv_path={path}", "--dry_run")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert _one_line_error(result) == (
+        "run_experiment_mm_raw.py: error: run name 'cluster\\nProxyCommand x' (--run_name, "
+        "--experiment or the CSV's file name): has a control or other non-printable character"
+    )
+
+
 @pytest.mark.parametrize("field", ["workdir", "python"])
 @pytest.mark.parametrize("name", hostile_csv.PATH_NAMES)
 def test_a_path_with_shell_characters_is_passed_intact_and_runs_nothing(
