@@ -203,6 +203,18 @@ def test_an_ssh_user_is_a_posix_user_name(tmp_path, value):
     assert message.startswith(f"{path}:2: ssh_user={value!r}: must be a user name: letters")
 
 
+def test_an_empty_ssh_user_is_your_user_name_if_it_is_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOGNAME", "me\nProxyCommand touch /tmp/PWNED")
+    path = tmp_path / "users.csv"
+    path.write_text(f"{HEADER}\nlearner,h1,8001,22,,,\nactor,h2,,22,,,\n")
+    with pytest.raises(WorkersCsvError) as raised:
+        workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert str(raised.value).startswith(
+        f"{path}:2: ssh_user='': your user name here, 'me\\nProxyCommand touch /tmp/PWNED', is "
+        "not a user name"
+    )
+
+
 def test_user_names_that_are_accepted(tmp_path):
     path = tmp_path / "users.csv"
     users = ["alice", "Alice_1", "svc.user-2", "_daemon", "machine$", "a" * 32]
@@ -216,7 +228,18 @@ def test_user_names_that_are_accepted(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["job", "host", "tf_port", "ssh_port", "ssh_user", "ssh_key", "workdir", "python"]
+    "name",
+    [
+        "job",
+        "host",
+        "tf_port",
+        "ssh_port",
+        "ssh_user",
+        "ssh_key",
+        "cuda_visible_devices",
+        "workdir",
+        "python",
+    ],
 )
 @pytest.mark.parametrize(
     "character", ["\n", "\r", "\0", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u202e"]
