@@ -30,10 +30,12 @@ def resolve_checkpoint(checkpoint: str) -> str:
         folder = os.path.join(checkpoint, run_folder.CHECKPOINTS)
         if not os.path.isdir(folder):
             folder = checkpoint
-        latest = tf.train.latest_checkpoint(folder)
-        if latest is None:
+        found, problem = checkpoints.listed(folder)
+        if problem:
+            print(problem)
+        if not found:
             raise ValueError(f"--checkpoint={checkpoint}: no checkpoint in {folder}")
-        return latest
+        return found[-1]
     if os.path.isfile(checkpoint + ".index"):
         return checkpoint
     raise ValueError(
@@ -55,7 +57,7 @@ def read_identity(path: str) -> dict[str, Any]:
     """The checkpoint's environment and network, or a one-line ValueError naming it."""
     try:
         return checkpoints.read_identity(path)
-    except (tf.errors.OpError, ValueError) as error:
+    except (tf.errors.OpError, ValueError, IndexError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(
             f"{path}: not a checkpoint of this project's learner ({message})"
@@ -91,7 +93,15 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
         identity["observation_shape"],
         identity["observation_dtype"],
     )
-    status = tf.train.Checkpoint(agent=agent).restore(path)
+    try:
+        status = tf.train.Checkpoint(agent=agent).read(path)
+    except (tf.errors.OpError, IndexError) as error:  # truncated or corrupt (CRCs are checked)
+        text = getattr(error, "message", None) or str(error)
+        message = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        raise ValueError(
+            f"{path}: cannot be read ({message}); name an earlier checkpoint of "
+            f"{os.path.dirname(path)} with --checkpoint"
+        ) from None
     status.expect_partial()  # The optimizer's slots and the counters are not needed here.
     try:
         status.assert_existing_objects_matched()  # But every weight of the agent is.

@@ -1,13 +1,24 @@
 """Learner checkpoints: weights, optimizer state, frame count, weight version and training time,
-written so that a crash never leaves a broken latest checkpoint.
+written so that neither a crash nor a lost machine leaves a broken latest checkpoint, and read so
+that a broken one costs one save interval, never the run.
 
-`tf.train.CheckpointManager` writes a checkpoint's data and index files first and then replaces
-the small `checkpoint` state file atomically (write to a temporary file, rename): until that
-rename, "latest" still names the previous complete checkpoint.
+A save writes the checkpoint's data and index files, flushes them and their folder to disk
+(fsync), and only then rewrites the small `checkpoint` state file that names the latest ones
+(a temporary file, flushed, renamed over it, the folder flushed again). Until that rename,
+"latest" names the previous complete checkpoint. Old checkpoints are deleted only after.
+
+A restore tries the checkpoints newest first. One that cannot be read (truncated, corrupt:
+TensorFlow checks every tensor's CRC) is reported in one line and the previous one is used. A
+state file that cannot be parsed is reported and the checkpoints in the folder are used. If
+checkpoints exist and none can be read, the restore fails with a one-line error: a run never
+silently starts again from frame 0.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
@@ -39,6 +50,33 @@ class CheckpointMismatchError(ValueError):
     """The checkpoint was written by a run with another environment or network."""
 
 
+class CheckpointReadError(ValueError):
+    """No checkpoint of the run could be read; the message names the folder and why."""
+
+
+STATE_FILE = "checkpoint"  # TensorFlow's name: tf.train.latest_checkpoint reads it too
+_PREFIX = "ckpt"
+_NUMBERED = re.compile(rf"^{_PREFIX}-(\d+)\.index$")
+# A line of the state file: the checkpoints' names (TensorFlow writes timestamps too).
+_STATE_LINE = re.compile(
+    r'(?P<key>model_checkpoint_path|all_model_checkpoint_paths): "(?P<name>[^"]+)"'
+    r"|(all_model_checkpoint_timestamps|last_preserved_timestamp): [0-9.e+-]+"
+)
+# What reading a damaged checkpoint raises: a short or missing file, a bad CRC, garbage.
+_READ_ERRORS = (
+    tf.errors.DataLossError,
+    tf.errors.NotFoundError,
+    tf.errors.OutOfRangeError,
+    tf.errors.InvalidArgumentError,
+    tf.errors.FailedPreconditionError,
+    tf.errors.UnknownError,
+    AssertionError,
+    ValueError,
+    IndexError,  # TensorFlow's checkpoint reader on a short file: "Read less bytes than requested"
+    OSError,
+)
+
+
 class Checkpointer:
     """Saves and restores one learner's training state in `directory`."""
 
@@ -63,7 +101,8 @@ class Checkpointer:
             training_secs=self.training_secs,
             identity=tf.Variable(self._identity, trainable=False),
         )
-        self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=keep)
+        self._directory = directory
+        self._keep = keep
 
     @property
     def counters(self) -> list[tf.Variable]:
@@ -71,29 +110,156 @@ class Checkpointer:
 
     @property
     def latest(self) -> str | None:
-        return self._manager.latest_checkpoint
+        """The newest checkpoint the state file names (None if none)."""
+        found, _ = listed(self._directory)
+        return found[-1] if found else None
 
-    def restore_latest(self) -> str | None:
-        """Restores the latest checkpoint, if any; returns its path.
+    def restore_latest(self, report: Callable[[str], None] = print) -> str | None:
+        """Restores the newest checkpoint that can be read; returns its path (None: no checkpoint).
+
+        Args:
+          report: told, in one line each, of every checkpoint skipped and why.
 
         Raises:
           CheckpointMismatchError: naming each setting that differs from this run's.
+          CheckpointReadError: checkpoints exist but none can be read.
         """
-        path = self.latest
-        if path is None:
+        candidates, problem = listed(self._directory)
+        if problem:
+            report(problem)
+        if not candidates:
             return None
+        failures = []
+        for path in reversed(candidates):
+            try:
+                self._restore(path)
+            except CheckpointMismatchError:
+                raise
+            except _READ_ERRORS as error:
+                reason = _first_line(error)
+                failures.append(f"{os.path.basename(path)}: {reason}")
+                report(f"checkpoint {path} cannot be read ({reason}); trying the one before")
+                continue
+            return path
+        raise CheckpointReadError(
+            f"{self._directory}: no checkpoint can be read ({'; '.join(failures)}); refusing to "
+            "start again from frame 0: move the folder away to start a new run"
+        )
+
+    def save(self, frames: int, version: int, training_secs: float = 0.0) -> str:
+        """Writes a checkpoint of the current state at `frames` and weight `version`.
+
+        Returns its path once it is on disk and the state file names it as the latest.
+        """
+        self.frames.assign(frames)
+        self.version.assign(version)
+        self.training_secs.assign(training_secs)
+        os.makedirs(self._directory, exist_ok=True)
+        path = os.path.join(self._directory, f"{_PREFIX}-{version}")
+        written = self._checkpoint.write(path)
+        for name in os.listdir(self._directory):
+            if name.startswith(os.path.basename(written) + "."):
+                _fsync_file(os.path.join(self._directory, name))
+        _fsync_file(self._directory)
+        before, _ = listed(self._directory)
+        kept = [p for p in before if p != written][-(self._keep - 1) :] if self._keep > 1 else []
+        _write_state(self._directory, [*kept, written])
+        for old in set(before) - set(kept) - {written}:
+            _delete_checkpoint(old)
+        return written
+
+    def _restore(self, path: str) -> None:
         saved = read_identity(path)
         if saved != run_identity.decode(self._identity):
             differences = run_identity.mismatch(
                 run_identity.decode(self._identity), saved, "this run", "the checkpoint"
             )
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
-        self._checkpoint.restore(path).assert_existing_objects_matched()
-        return path
+        self._checkpoint.read(path).assert_existing_objects_matched()
 
-    def save(self, frames: int, version: int, training_secs: float = 0.0) -> str:
-        """Writes a checkpoint of the current state at `frames` and weight `version`."""
-        self.frames.assign(frames)
-        self.version.assign(version)
-        self.training_secs.assign(training_secs)
-        return self._manager.save(checkpoint_number=version)
+
+def listed(directory: str) -> tuple[list[str], str | None]:
+    """The checkpoints in `directory` that its state file names, oldest first, and a problem
+    to report.
+
+    A state file that cannot be read is the problem; the checkpoints are then the ones in the
+    folder, by number.
+    """
+    state = os.path.join(directory, STATE_FILE)
+    if not os.path.exists(state):
+        return _in_folder(directory), None
+    try:
+        with open(state, encoding="utf-8") as f:
+            names = _parse_state(f.read())
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        found = _in_folder(directory)
+        return found, (
+            f"{state} cannot be read ({_first_line(error)}); using the {len(found)} "
+            f"checkpoint(s) in {directory}"
+        )
+    return [os.path.join(directory, name) for name in names], None
+
+
+def _in_folder(directory: str) -> list[str]:
+    if not os.path.isdir(directory):
+        return []
+    numbered = sorted(
+        (int(match[1]), os.path.join(directory, f"{_PREFIX}-{match[1]}"))
+        for match in map(_NUMBERED.match, os.listdir(directory))
+        if match
+    )
+    return [path for _, path in numbered]
+
+
+def _parse_state(text: str) -> list[str]:
+    """The checkpoint names in a state file (TensorFlow's text format), oldest first."""
+    latest, every = None, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        match = _STATE_LINE.fullmatch(line.strip())
+        if not match:
+            raise ValueError(f"line {number} is not a checkpoint entry")
+        if match["key"] == "model_checkpoint_path":
+            latest = match["name"]
+        elif match["key"] == "all_model_checkpoint_paths":
+            every.append(match["name"])
+    if latest is None:
+        raise ValueError("it names no latest checkpoint")
+    return [name for name in every if name != latest] + [latest]
+
+
+def _write_state(directory: str, paths: list[str]) -> None:
+    """Makes `paths` (oldest first) the state file's checkpoints, atomically and durably."""
+    names = [os.path.basename(p) for p in paths]
+    text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
+        f'all_model_checkpoint_paths: "{name}"\n' for name in names
+    )
+    state = os.path.join(directory, STATE_FILE)
+    temporary = f"{state}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, state)
+    _fsync_file(directory)
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _delete_checkpoint(path: str) -> None:
+    folder, prefix = os.path.split(path)
+    for name in os.listdir(folder):
+        if name.startswith(prefix + "."):
+            os.remove(os.path.join(folder, name))
+
+
+def _first_line(error: BaseException) -> str:
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    return message.strip().splitlines()[0] if message.strip() else type(error).__name__

@@ -156,7 +156,9 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     )
     secret = saving.load_run_secret(config.secret_file, run_dir, topology, chief_report)
     checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
-    resumed_from = checkpointer.restore_latest() if checkpointer and topology.is_chief else None
+    resumed_from = (
+        checkpointer.restore_latest(chief_report) if checkpointer and topology.is_chief else None
+    )
     # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
     # restored from a checkpoint or freshly initialised.
     allreduce.broadcast_from_chief(

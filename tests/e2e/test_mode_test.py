@@ -52,6 +52,24 @@ def test_command_line_errors_are_one_line(cartpole_run):
 
 
 @pytest.mark.slow
+def test_a_damaged_checkpoint_is_a_one_line_error(cartpole_run):
+    run_dir, _ = cartpole_run
+    folder = os.path.join(run_dir, "checkpoints")
+    (data,) = [n for n in os.listdir(folder) if n.startswith("ckpt-7.data")]
+    with open(os.path.join(folder, data), "r+b") as f:
+        f.truncate(os.path.getsize(f.name) // 2)
+    result = _experiment(f"--checkpoint={run_dir}")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"experiment.py: error: {folder}/ckpt-7: ")
+    assert "name an earlier checkpoint" in last or "not a checkpoint" in last
+    assert "Traceback" not in result.stderr
+    # The one before still plays.
+    earlier = _experiment(f"--checkpoint={folder}/ckpt-3", "--test_num_episodes=1")
+    assert earlier.returncode == 0, earlier.stderr
+
+
+@pytest.mark.slow
 def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
     """A real learner and actor train briefly; the run folder's checkpoint then plays."""
     (port,) = free_ports(1)

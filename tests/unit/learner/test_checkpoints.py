@@ -1,12 +1,12 @@
-"""Checkpoints: round trip, crash-safe "latest", refusing another run's checkpoint (a real
-learner stopped and resumed is in tests/e2e/test_resume.py)."""
+"""Checkpoints: round trip, crash-safe and durable "latest", falling back from a damaged one,
+refusing another run's checkpoint (a real learner stopped and resumed is in
+tests/e2e/test_resume.py)."""
 
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management
 
 import networks
 from impala import configs, trajectory
@@ -88,7 +88,7 @@ def test_a_write_interrupted_before_it_completes_never_becomes_latest(tmp_path, 
         raise RuntimeError("simulated crash while writing a checkpoint")
 
     # The data files of checkpoint 2 get written; the process dies before "latest" moves.
-    monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", crash)
+    monkeypatch.setattr(checkpoints, "_write_state", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         saver.save(frames=200, version=2)
     monkeypatch.undo()
@@ -114,3 +114,136 @@ def test_refuses_a_checkpoint_from_another_environment_naming_both(tmp_path):
         match="level_name: the checkpoint has 'CartPole-v1', this run has 'Acrobot-v1'",
     ):
         loader.restore_latest()
+
+
+def _saved_run(tmp_path, versions=(1, 2, 3)):
+    """Checkpoints at `versions` (100 frames each), with each version's weights."""
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    weights = {}
+    for version in versions:
+        _train_a_little(agent, trainer)
+        saver.save(frames=100 * version, version=version)
+        weights[version] = _values(agent.variables)
+    return weights
+
+
+def _loader(tmp_path):
+    agent, trainer = _trainer(seed=1)
+    return agent, checkpoints.Checkpointer(
+        str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3
+    )
+
+
+def _data_file(tmp_path, version):
+    (name,) = [n for n in os.listdir(tmp_path) if n.startswith(f"ckpt-{version}.data")]
+    return tmp_path / name
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_truncate, _flip_a_byte], ids=["truncated", "corrupt"])
+def test_a_damaged_latest_checkpoint_is_reported_and_the_previous_one_used(tmp_path, damage):
+    weights = _saved_run(tmp_path)
+    damage(_data_file(tmp_path, 3))
+    agent, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
+    assert int(loader.frames) == 200
+    for restored, original in zip(_values(agent.variables), weights[2], strict=True):
+        np.testing.assert_array_equal(restored, original)
+    (line,) = reports
+    assert line.startswith(f"checkpoint {tmp_path / 'ckpt-3'} cannot be read (")
+    assert line.endswith("; trying the one before") and "\n" not in line
+
+
+def test_a_missing_latest_checkpoint_falls_back_too(tmp_path):
+    _saved_run(tmp_path)
+    for name in os.listdir(tmp_path):
+        if name.startswith("ckpt-3."):
+            os.remove(tmp_path / name)
+    _, loader = _loader(tmp_path)
+    assert loader.restore_latest(lambda line: None) == str(tmp_path / "ckpt-2")
+
+
+def test_when_no_checkpoint_can_be_read_the_restore_refuses_to_start_afresh(tmp_path):
+    _saved_run(tmp_path)
+    for version in (1, 2, 3):
+        _truncate(_data_file(tmp_path, version))
+    _, loader = _loader(tmp_path)
+    with pytest.raises(checkpoints.CheckpointReadError, match="no checkpoint can be read") as e:
+        loader.restore_latest(lambda line: None)
+    assert "refusing to start again from frame 0" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "state", [b"garbage\x00\xff", b'model_checkpoint_path: "ckpt-3', b""], ids=str
+)
+def test_a_state_file_that_cannot_be_read_is_reported_and_the_folder_used(tmp_path, state):
+    weights = _saved_run(tmp_path)
+    (tmp_path / "checkpoint").write_bytes(state)
+    agent, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-3")
+    np.testing.assert_array_equal(_values(agent.variables)[0], weights[3][0])
+    (line,) = reports
+    assert line.startswith(f"{tmp_path / 'checkpoint'} cannot be read (")
+    assert line.endswith(f"using the 3 checkpoint(s) in {tmp_path}")
+
+
+def test_tensorflow_state_files_of_earlier_runs_are_read(tmp_path):
+    _saved_run(tmp_path)
+    (tmp_path / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-2"\n'
+        'all_model_checkpoint_paths: "ckpt-1"\n'
+        'all_model_checkpoint_paths: "ckpt-2"\n'
+        "all_model_checkpoint_timestamps: 1795487501.30789\n"
+        "all_model_checkpoint_timestamps: 1795489277.9666288\n"
+        "last_preserved_timestamp: 1795485056.717792\n"
+    )
+    _, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
+    assert reports == []
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-2")
+
+
+def test_a_checkpoint_is_on_disk_before_it_becomes_latest(tmp_path, monkeypatch):
+    """Every file of the checkpoint and the folder are fsynced before the state file is
+    renamed into place, and the state file itself before and the folder after."""
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(source, target):
+        events.append(("replace", str(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    saver.save(frames=100, version=1)
+    monkeypatch.undo()
+
+    state = str(tmp_path / "checkpoint")
+    rename = events.index(("replace", state))
+    synced_before = {path for kind, path in events[:rename] if kind == "fsync"}
+    checkpoint_files = {str(tmp_path / n) for n in os.listdir(tmp_path) if n.startswith("ckpt-1.")}
+    assert checkpoint_files and checkpoint_files <= synced_before
+    assert str(tmp_path) in synced_before
+    assert any(path.startswith(state + ".") for path in synced_before)  # the temporary state
+    assert ("fsync", str(tmp_path)) in events[rename + 1 :]
+    assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")
