@@ -21,7 +21,7 @@ import sys
 from absl import app, flags
 
 from impala import flags as impala_flags
-from impala import run_folder
+from impala import run_folder, run_secret
 from impala.launch import hosts, planning, workers_csv
 
 FLAGS = flags.FLAGS
@@ -66,6 +66,16 @@ def run_name_for(csv_path: str) -> str:
     return name
 
 
+def local_secret(run_name: str) -> str:
+    """The run's secret, kept in its run folder on this machine (made on the first start): the
+    frontend copies it to every host's run folders. Rotate it by writing a new one there."""
+    run_dir = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
+    os.makedirs(run_dir, exist_ok=True)
+    secret, created = run_secret.ensure(run_secret.path_in(run_dir))
+    print(f"run secret {'created in' if created else 'from'} {run_secret.path_in(run_dir)}")
+    return secret
+
+
 def print_plan(plans: list[planning.HostPlan]) -> None:
     for plan in plans:
         how = (
@@ -74,6 +84,8 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
             else (f"ssh {plan.worker.ssh_user}@{plan.host}:{plan.worker.ssh_port}")
         )
         print(f"# {plan.host} ({how}), tmux session {plan.session}")
+        for path in plan.secret_paths:
+            print(f"write {path}: the run secret (owner-only; not shown)")
         for path, content in plan.files:
             print(f"write {path}:")
             print("".join(f"    {line}\n" for line in content.splitlines()), end="")
@@ -91,14 +103,16 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
+        planning.check_hyperparameters()  # as the learners will, dry run or not
         if not FLAGS.logdir:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.
         given = impala_flags.flag_values(only_given=True)
+        run_name = run_name_for(FLAGS.workers_csv_path)
         plans = planning.plan_run(
             workers,
             planning.forwarded_flags(given),
-            run_name_for(FLAGS.workers_csv_path),
+            run_name,
             logdir=FLAGS.logdir,
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
             known_hosts=FLAGS.known_hosts,
@@ -115,11 +129,12 @@ def main(argv: list[str]) -> int:
             "accepted without verification",
             file=sys.stderr,
         )
-    actions = {"start": hosts.start_run, "status": hosts.print_status, "stop": hosts.stop_run}
     try:
         ssh = hosts.SshOptions(FLAGS.accept_unknown_host_keys, FLAGS.known_hosts)
-        return actions[FLAGS.action](plans, ssh)
-    except hosts.HostError as error:
+        if FLAGS.action == "start":
+            return hosts.start_run(plans, ssh, local_secret(run_name))
+        return {"status": hosts.print_status, "stop": hosts.stop_run}[FLAGS.action](plans, ssh)
+    except (hosts.HostError, run_secret.SecretError) as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
         return 1
 

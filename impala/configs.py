@@ -7,6 +7,7 @@ anything.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
@@ -52,8 +53,24 @@ class LearnerConfig:
         _require(
             0.0 <= self.policy_clip < 1.0, "policy_clip", self.policy_clip, "must be in [0, 1)"
         )
-        _require(self.baseline_cost >= 0, "baseline_cost", self.baseline_cost, "must be >= 0")
-        _require(self.entropy_cost >= 0, "entropy_cost", self.entropy_cost, "must be >= 0")
+        _require(
+            0 <= self.baseline_cost < math.inf,
+            "baseline_cost",
+            self.baseline_cost,
+            "must be a finite number >= 0",
+        )
+        _require(
+            0 <= self.entropy_cost < math.inf,
+            "entropy_cost",
+            self.entropy_cost,
+            "must be a finite number >= 0",
+        )
+        _require(
+            not math.isnan(self.gradients_clipping),
+            "gradients_clipping",
+            self.gradients_clipping,
+            "must be a number (<= 0 turns clipping off)",
+        )
         _require(
             self.reward_clipping in REWARD_CLIPPING_CHOICES,
             "reward_clipping",
@@ -61,7 +78,12 @@ class LearnerConfig:
             f"must be one of {', '.join(REWARD_CLIPPING_CHOICES)}",
         )
         _require(self.batch_reuse >= 1, "batch_reuse", self.batch_reuse, "must be at least 1")
-        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "must be > 0")
+        _require(
+            0 < self.learning_rate < math.inf,
+            "learning_rate",
+            self.learning_rate,
+            "must be a finite number > 0",
+        )
         _require(
             self.optimizer in OPTIMIZER_CHOICES,
             "optimizer",
@@ -76,7 +98,9 @@ class LearnerConfig:
             self.momentum,
             "is RMSProp's; --optimizer=adam has its own (beta1 0.9): leave --momentum at 0",
         )
-        _require(self.epsilon > 0, "epsilon", self.epsilon, "must be > 0")
+        _require(
+            0 < self.epsilon < math.inf, "epsilon", self.epsilon, "must be a finite number > 0"
+        )
         _require(
             self.total_environment_frames >= 1,
             "total_environment_frames",

@@ -51,6 +51,23 @@ def create(path: str, *, overwrite: bool = False) -> str:
       SecretError: `path` exists (and not `overwrite`) or cannot be written.
     """
     token = secrets.token_hex(NUM_BYTES)
+    _write(path, token, overwrite)
+    return token
+
+
+def write(path: str, token: str) -> None:
+    """Writes the secret `token` (another file's, e.g. a launcher copying it) to `path`,
+    replacing what is there, owner-only and in full before it appears.
+
+    Raises:
+      SecretError: `token` is not a secret, or `path` cannot be written.
+    """
+    if len(token) != LENGTH or not set(token) <= _HEX_DIGITS:
+        raise SecretError(f"{path}: refusing to write something that is not a run secret")
+    _write(path, token, overwrite=True)
+
+
+def _write(path: str, token: str, overwrite: bool) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
@@ -75,7 +92,6 @@ def create(path: str, *, overwrite: bool = False) -> str:
     finally:
         if os.path.lexists(temporary):
             os.unlink(temporary)
-    return token
 
 
 def ensure(path: str) -> tuple[str, bool]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -47,6 +48,10 @@ class ActorJobConfig:
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
+        if not 0 < self.connect_timeout_secs < math.inf:
+            raise ValueError(
+                f"--connect_timeout_secs={self.connect_timeout_secs}: must be a finite number > 0"
+            )
         if not self.secret_file:
             raise ValueError(
                 "--secret_file: an actor needs the run secret: the learner's run folder has "

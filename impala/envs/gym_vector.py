@@ -40,7 +40,13 @@ class _ActionRepeat(gym.Wrapper):
 def _make_gym_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     """One non-Atari env: the id, a frame cap, then action repeats."""
     kwargs = dict(config.env_kwargs, render_mode=render_mode) if render_mode else config.env_kwargs
-    env = gym.make(config.level_name, **kwargs)
+    try:
+        env = gym.make(config.level_name, **kwargs)
+    except gym.error.DependencyNotInstalled as error:
+        message = str(error).strip().splitlines()[0]
+        raise ValueError(
+            f"--level_name {config.level_name!r} needs more packages: {message}"
+        ) from None
     # Inside the repeat wrapper, so the cap counts underlying steps ("frames").
     env = gym.wrappers.TimeLimit(env, max_episode_steps=config.max_episode_frames)
     return _ActionRepeat(env, config.num_action_repeats)

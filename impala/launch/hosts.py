@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import libtmux
 import paramiko
 
+from impala import run_secret
 from impala.launch import planning
 from impala.launch.tmux import (
     parse_status,
@@ -59,6 +60,10 @@ class Host:
     def write_file(self, path: str, content: str) -> None:
         raise NotImplementedError
 
+    def write_secret(self, path: str, secret: str) -> None:
+        """Writes the run secret to `path`, readable by its owner only from its first byte."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -88,6 +93,18 @@ class LocalHost(Host):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
             f.write(content)
+
+    def write_secret(self, path: str, secret: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            if run_secret.load(path) == secret:
+                return  # this machine's own copy, the one the frontend made
+        except run_secret.SecretError:
+            pass
+        try:
+            run_secret.write(path, secret)
+        except run_secret.SecretError as error:
+            raise HostError(f"{self.name}: {error}") from None
 
 
 class SshHost(Host):
@@ -144,14 +161,27 @@ class SshHost(Host):
         output = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
         return stdout.channel.recv_exit_status(), output
 
-    def write_file(self, path: str, content: str) -> None:
-        # Through the shell rather than SFTP, which not every SSH server offers.
-        command = f"mkdir -p {shlex.quote(os.path.dirname(path))} && cat > {shlex.quote(path)}"
+    def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
+        # Through the shell rather than SFTP, which not every SSH server offers. The content
+        # goes through stdin: never on a command line, where `ps` would show it. An owner-only
+        # file is written under umask 077 to a temporary name, then moved into place.
+        folder, target = shlex.quote(os.path.dirname(path)), shlex.quote(path)
+        if owner_only:
+            temporary = shlex.quote(f"{path}.tmp")
+            command = (
+                f"umask 077 && mkdir -p {folder} && rm -f {temporary} && cat > {temporary} && "
+                f"chmod 600 {temporary} && mv -f {temporary} {target}"
+            )
+        else:
+            command = f"mkdir -p {folder} && cat > {target}"
         stdin, stdout, stderr = self._client.exec_command(command, timeout=60)
         stdin.write(content)
         stdin.channel.shutdown_write()
         if stdout.channel.recv_exit_status() != 0:
             raise HostError(f"{self.name}: writing {path} failed: {stderr.read().decode()}")
+
+    def write_secret(self, path: str, secret: str) -> None:
+        self.write_file(path, secret + "\n", owner_only=True)
 
     def close(self) -> None:
         self._client.close()
@@ -191,14 +221,19 @@ def _connect_all(plans, ssh: SshOptions) -> list[Host]:
 # ---- Actions -----------------------------------------------------------------------------------
 
 
-def start_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
-    """Checks every host, then starts every window; on any failure, stops what it started."""
+def start_run(plans: list[planning.HostPlan], ssh: SshOptions, secret: str) -> int:
+    """Checks every host, then starts every window; on any failure, stops what it started.
+
+    Each host gets the run `secret` in its run folders (`HostPlan.secret_paths`) first.
+    """
     connected = _connect_all(plans, ssh)
     started: list[tuple[Host, planning.HostPlan]] = []
     try:
         for host, plan in zip(connected, plans, strict=True):
             _preflight(host, plan)
         for host, plan in zip(connected, plans, strict=True):
+            for path in plan.secret_paths:
+                host.write_secret(path, secret)
             for path, content in plan.files:
                 host.write_file(path, content)
             started.append((host, plan))

@@ -11,7 +11,7 @@ import posixpath
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
-from impala import run_folder
+from impala import run_folder, run_secret
 from impala.launch import workers_csv
 from impala.launch.workers_csv import Worker
 
@@ -162,6 +162,8 @@ class HostPlan:
       session: the tmux session, named after the run.
       windows: its windows, in start order.
       files: files to write on the host before starting (path -> content).
+      secret_paths: where the run secret goes on the host (owner-only): the run folder of each
+        workdir its processes run in, where they read it by default.
     """
 
     worker: Worker
@@ -170,6 +172,7 @@ class HostPlan:
     session: str
     windows: tuple[Window, ...]
     files: tuple[tuple[str, str], ...] = ()
+    secret_paths: tuple[str, ...] = ()
 
     @property
     def host(self) -> str:
@@ -269,6 +272,11 @@ def plan_run(
             session=session_name(run_name, host),
             windows=tuple(host_windows),
             files=tuple(files.get(host, ())),
+            secret_paths=tuple(
+                dict.fromkeys(
+                    posixpath.join(w.workdir, log_dir, run_secret.FILE_NAME) for w in by_host[host]
+                )
+            ),
         )
         for host, host_windows in windows.items()
     ]
@@ -351,3 +359,11 @@ def _ssh_config_path(name: str, path: str) -> str:
         )
     path = path.replace("%", "%%")
     return f'"{path}"' if any(c in path for c in " '#") else path
+
+
+def check_hyperparameters() -> None:
+    """Raises the one-line error the learners would give for this run's hyperparameter flags,
+    before anything starts: the same check (`experiment.learner_config_from_flags`)."""
+    import experiment  # TensorFlow-free at import: it loads a role's stack only to run it
+
+    experiment.learner_config_from_flags()

@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import stat
 import subprocess
 import uuid
 
@@ -36,6 +37,8 @@ ORIGINAL_EXAMPLE = [
 
 
 def test_original_readme_example_plans_the_local_run():
+    secret = f"{ROOT}/runs/local_workers_example/secret"
+    secret_existed = os.path.exists(secret)
     result = run_frontend(*ORIGINAL_EXAMPLE, "--dry_run")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -46,6 +49,11 @@ def test_original_readme_example_plans_the_local_run():
     assert windows == ["window learners", "window actor_0", "window actor_1"]
     for flag in ORIGINAL_EXAMPLE[1:]:
         assert result.stdout.count(flag) == 3, flag  # given to the learner and both actors
+    # Where the run secret goes is shown, the secret never; a dry run makes none.
+    assert [line for line in lines if line.startswith("write ")] == [
+        f"write {secret}: the run secret (owner-only; not shown)"
+    ]
+    assert os.path.exists(secret) == secret_existed
 
 
 def test_bad_csv_is_one_line_naming_file_line_and_field(tmp_path):
@@ -83,6 +91,12 @@ def test_local_start_status_stop(run_name, tmp_path):
         120,
         lambda: f"no progress; learners' log:\n{read_text(log)}",
     )
+
+    # The learners serve and the actors act with the run secret the frontend made, owner-only.
+    secret = os.path.join(ROOT, "runs", run_name, "secret")
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    assert f"run secret created in {secret}" in started.stdout
+    assert f"run secret read from runs/{run_name}/secret" in read_text(log)
 
     status = run_frontend(*flags, "--action=status")
     states = {line.split()[1]: line.split()[2] for line in status.stdout.splitlines()[1:]}

@@ -9,6 +9,8 @@ in that process. run_local.py's whole run goes that way in `test_distributed.py`
 import subprocess
 import sys
 
+import pytest
+
 from impala import run_secret
 from impala.launch.single_host import free_ports
 from tests.helpers import ROOT
@@ -44,6 +46,22 @@ def test_run_local_checks_its_flags_without_the_ml_stack():
     assert completed.stderr.strip().splitlines()[-1] == (
         "run_local.py: error: --num_learners and --num_actors must be at least 1"
     )
+
+
+@pytest.mark.parametrize("launcher", ["run_local.py", "run_experiment_mm_raw.py"])
+def test_launchers_refuse_the_hyperparameters_the_learners_would_refuse(launcher):
+    extra = [EXAMPLE_CSV, "--dry_run"] if launcher == "run_experiment_mm_raw.py" else []
+    for flag, message in [
+        ("--entropy_cost=inf", "--entropy_cost=inf: must be a finite number >= 0"),
+        ("--total_environment_frames=nan", "--total_environment_frames=nan: must be a finite"),
+        ("--policy_clip=1.5", "--policy_clip=1.5: must be in [0, 1)"),
+    ]:
+        completed = _run(launcher, *extra, flag)
+        assert completed.returncode == 2, completed.stdout
+        assert completed.stderr.strip().splitlines() == [
+            f"{launcher}: error: {completed.stderr.split('error: ', 1)[1].strip()}"
+        ]
+        assert message in completed.stderr and completed.stdout == ""
 
 
 def test_an_actor_runs_without_horovod(tmp_path):

@@ -322,6 +322,13 @@ def test_unknown_level(level_name, expected):
     assert level_name in message and expected in message and "\n" not in message
 
 
+def test_an_id_whose_extra_packages_are_missing_is_a_one_line_error():
+    # LunarLander needs Box2D, which the pinned stack does not install.
+    with pytest.raises(ValueError, match="'LunarLander-v3' needs more packages: Box2D") as error:
+        make_environment(EnvConfig("LunarLander-v3"))
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("level_name", ["Pendulum-v1", "MountainCarContinuous-v0"])
 def test_continuous_action_space_is_rejected(level_name):
     with pytest.raises(ValueError, match="Discrete") as error:

@@ -121,6 +121,19 @@ def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
     assert "plm_rsh_args '-F /data/impala/cluster/ssh_config'" in _script(plans[0].windows[0])
 
 
+def test_every_host_gets_the_run_secret_in_each_run_folder_its_processes_read(tmp_path):
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV.replace("actor,n1,,22,alice,,,/w,", "actor,n1,,22,alice,,,/w2,"))
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    n1, n2 = planning.plan_run(workers, [], "cluster")
+    assert n1.secret_paths == ("/w/runs/cluster/secret", "/w2/runs/cluster/secret")
+    assert n2.secret_paths == ("/w/runs/cluster/secret",)
+    absolute = planning.plan_run(workers, [], "cluster", logdir="/data/impala")
+    assert [p.secret_paths for p in absolute] == [("/data/impala/cluster/secret",)] * 2
+    # No process is told where it is: each reads its run folder's (--logdir, --experiment).
+    assert not any("secret" in w.command for p in (n1, n2) for w in p.windows)
+
+
 def test_session_names_are_per_run_and_host():
     assert planning.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 

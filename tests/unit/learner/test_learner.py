@@ -318,6 +318,14 @@ def test_create_optimizer_slots_keeps_weights():
         ("learning_rate_anneal_frames", -1, "--learning_rate_anneal_frames=-1: must be >= 0"),
         ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
         ("epsilon", 0.0, "--epsilon=0.0"),
+        ("epsilon", float("inf"), "--epsilon=inf: must be a finite number > 0"),
+        ("learning_rate", float("nan"), "--learning_rate=nan: must be a finite number > 0"),
+        ("learning_rate", float("inf"), "--learning_rate=inf: must be a finite number > 0"),
+        ("entropy_cost", float("inf"), "--entropy_cost=inf: must be a finite number >= 0"),
+        ("baseline_cost", float("nan"), "--baseline_cost=nan: must be a finite number >= 0"),
+        ("gradients_clipping", float("nan"), "--gradients_clipping=nan: must be a number"),
+        ("decay", float("nan"), "--decay=nan: must be in [0, 1)"),
+        ("discounting", float("nan"), "--discounting=nan: must be in [0, 1]"),
     ],
 )
 def test_config_errors_name_the_flag(field, value, message):
