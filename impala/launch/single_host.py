@@ -29,13 +29,31 @@ import time
 from absl import app, flags
 
 from impala import flags as impala_flags
-from impala import run_folder
+from impala import run_folder, run_secret
 from impala.launch import planning
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
 flags.DEFINE_integer("num_actors", 2, "Actor processes.")
 flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
+flags.DEFINE_integer(
+    "max_actor_restarts",
+    100,
+    "Restarts of each actor that dies (killed, crashed) before it is left dead; they come after "
+    "1, 2, 4 ... s, up to --restart_max_delay_secs, and the delay starts again at 1 s after 5 "
+    "minutes of running.",
+)
+flags.DEFINE_float(
+    "restart_max_delay_secs",
+    30.0,
+    "The longest wait before restarting a process that died (the waits double up to it).",
+)
+flags.DEFINE_integer(
+    "max_learner_restarts",
+    3,
+    "Restarts of the learners, from the run's latest checkpoint, when one of them dies; the "
+    "actors reconnect to them by themselves.",
+)
 
 # The repository root: experiment.py and the runs/ folder users know are relative to it.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,6 +67,61 @@ class _Process:
     log_path: str
     learners: bool = False  # the learner (or the mpirun of several), stopped with SIGUSR1
     reported: bool = False
+
+
+# Exit codes after which a process is not started again: it finished (0), refused its flags or
+# files (2: the same start would fail the same way) or was stopped on purpose (130).
+_FINAL_EXIT_CODES = (0, 2, 130)
+_FIRST_DELAY_SECS = 1.0
+_HEALTHY_SECS = 300.0  # running this long resets the delay before the next restart
+
+
+@dataclasses.dataclass
+class _Supervised:
+    """A role that is started again when it dies: its command, process and restart record."""
+
+    name: str
+    argv: list[str]
+    log_path: str
+    max_restarts: int
+    max_delay: float = 30.0
+    learners: bool = False
+    process: _Process | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    delay: float = _FIRST_DELAY_SECS
+    due: float | None = None  # when it starts again
+    given_up: bool = False
+
+    def start(self) -> None:
+        self.process = _start(self.name, self.argv, self.log_path, learners=self.learners)
+        self.started_at = time.monotonic()
+        self.due = None
+        if self.learners:
+            threading.Thread(target=_copy_output, args=(self.process,), daemon=True).start()
+
+    def exit_code(self) -> int | None:
+        return self.process.popen.poll() if self.process else None
+
+    def schedule_restart(self, code: int) -> bool:
+        """Decides whether to start it again after it exited with `code`, and when. Returns
+        whether it will be."""
+        if code in _FINAL_EXIT_CODES or self.restarts >= self.max_restarts:
+            self.given_up = True
+            return False
+        if time.monotonic() - self.started_at >= _HEALTHY_SECS:
+            self.delay = _FIRST_DELAY_SECS
+        self.delay = min(self.delay, self.max_delay)
+        self.due = time.monotonic() + self.delay
+        self.restarts += 1
+        return True
+
+    def restart_if_due(self) -> bool:
+        if self.due is None or time.monotonic() < self.due:
+            return False
+        self.start()
+        self.delay = min(2 * self.delay, self.max_delay)
+        return True
 
 
 def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
@@ -181,30 +254,59 @@ def _signal_group(process: _Process, signum: int) -> None:
         os.killpg(process.popen.pid, signum)
 
 
-def _supervise(learner: _Process, actors: list[_Process], stop_timeout: float) -> int:
-    """Waits for the learners to finish, reporting actors that die. Returns an exit code."""
-    while learner.popen.poll() is None:
+def _supervise(learners: _Supervised, actors: list[_Supervised], stop_timeout: float) -> int:
+    """Runs the roles until the learners finish: restarts actors that die, and the learners
+    (from the latest checkpoint) if they die, each within its cap. Returns an exit code."""
+    while True:
+        code = learners.exit_code()
+        if code is not None and learners.due is None:
+            if not learners.schedule_restart(code):
+                break
+            print(
+                f"[run_local] the learners exited with code {code}; restarting them from the "
+                f"run's latest checkpoint in {learners.delay:.0f} s (restart {learners.restarts} "
+                f"of at most {learners.max_restarts}). Log: {learners.log_path}"
+            )
+        learners.restart_if_due()
         for actor in actors:
-            code = actor.popen.poll()
-            if code is not None and code != 0 and not actor.reported:
-                actor.reported = True
-                print(
-                    f"[run_local] {actor.name} exited with code {code}; the others go on. "
-                    f"Its log: {actor.log_path}"
-                )
-        time.sleep(0.5)
-    code = learner.popen.returncode
+            _supervise_actor(actor)
+        time.sleep(0.2)
     if code != 0:
         print(
-            f"[run_local] the learners exited with code {code}; stopping the actors. "
-            f"Log: {learner.log_path}"
+            f"[run_local] the learners exited with code {code}"
+            + (f" after {learners.restarts} restart(s)" if code not in _FINAL_EXIT_CODES else "")
+            + f"; stopping the actors. Log: {learners.log_path}"
         )
     # After a normal finish the actors hear it from their learner and exit by themselves.
+    processes = [a.process for a in actors if a.process]
     deadline = time.monotonic() + stop_timeout
-    while code == 0 and time.monotonic() < deadline and any(a.popen.poll() is None for a in actors):
+    while code == 0 and time.monotonic() < deadline and _any_running(processes):
         time.sleep(0.2)
-    _stop(actors, stop_timeout)
+    _stop(processes, stop_timeout)
     return code
+
+
+def _any_running(processes: list[_Process]) -> bool:
+    return any(p.popen.poll() is None for p in processes)
+
+
+def _supervise_actor(actor: _Supervised) -> None:
+    code = actor.exit_code()
+    if code is not None and actor.due is None and not actor.given_up:
+        if actor.schedule_restart(code):
+            print(
+                f"[run_local] {actor.name} exited with code {code}; restarting it in "
+                f"{actor.delay:.0f} s (restart {actor.restarts} of at most {actor.max_restarts})"
+            )
+        elif code != 0:
+            why = (
+                f"it refused its flags or files (see {actor.log_path})"
+                if code == 2
+                else f"after {actor.restarts} restarts"
+            )
+            print(f"[run_local] {actor.name} exited with code {code}; not restarting it: {why}")
+    if actor.restart_if_due():
+        print(f"[run_local] {actor.name} started again")
 
 
 def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
@@ -264,12 +366,25 @@ def main(argv: list[str]) -> int:
         experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
         run_dir = run_folder.path(FLAGS.logdir, experiment_name)
         given, num_learners, num_actors = run_flags(run_dir)
+        planning.check_hyperparameters()
         if num_learners < 1 or num_actors < 1:
             raise ValueError("--num_learners and --num_actors must be at least 1")
+        if FLAGS.max_actor_restarts < 0 or FLAGS.max_learner_restarts < 0:
+            raise ValueError("--max_actor_restarts and --max_learner_restarts must be >= 0")
+        if not FLAGS.restart_max_delay_secs >= 0:  # NaN too
+            raise ValueError(
+                f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 0"
+            )
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     os.makedirs(run_dir, exist_ok=True)
+    try:
+        # Made before any process starts; every process reads it from the run folder.
+        run_secret.ensure(run_secret.path_in(run_dir))
+    except run_secret.SecretError as error:
+        print(f"run_local.py: error: {error}", file=sys.stderr)
+        return 2
     try:
         learner_argv, actor_argvs = plan(
             num_learners,
@@ -288,20 +403,34 @@ def main(argv: list[str]) -> int:
     print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
-    learner = _start("learners", learner_argv, os.path.join(run_dir, "learners.log"), learners=True)
+    learners = _Supervised(
+        "learners",
+        learner_argv,
+        os.path.join(run_dir, "learners.log"),
+        FLAGS.max_learner_restarts,
+        FLAGS.restart_max_delay_secs,
+        learners=True,
+    )
     actors = [
-        _start(f"actor {task}", argv, os.path.join(run_dir, f"actor_{task}.log"))
+        _Supervised(
+            f"actor {task}",
+            argv,
+            os.path.join(run_dir, f"actor_{task}.log"),
+            FLAGS.max_actor_restarts,
+            FLAGS.restart_max_delay_secs,
+        )
         for task, argv in enumerate(actor_argvs)
     ]
-    threading.Thread(target=_copy_output, args=(learner,), daemon=True).start()
+    for role in (learners, *actors):
+        role.start()
     try:
-        return _supervise(learner, actors, FLAGS.stop_timeout_secs)
+        return _supervise(learners, actors, FLAGS.stop_timeout_secs)
     except KeyboardInterrupt:
         # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
         # must not cut the stop short: the learners are saving.
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _already_stopping)
         print("\n[run_local] stopping every process of the run...")
-        _stop([learner, *actors], FLAGS.stop_timeout_secs)
+        _stop([r.process for r in (learners, *actors) if r.process], FLAGS.stop_timeout_secs)
         print("[run_local] stopped")
         return 130

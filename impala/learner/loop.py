@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -86,8 +87,10 @@ class LearnerJobConfig:
             )
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints={self.keep_checkpoints}: must be >= 1")
-        if self.save_every_secs <= 0:
-            raise ValueError(f"--save_every_secs={self.save_every_secs}: must be > 0")
+        if not 0 < self.save_every_secs < math.inf:
+            raise ValueError(
+                f"--save_every_secs={self.save_every_secs}: must be a finite number > 0"
+            )
 
 
 # Set by a signal handler (Ctrl-C, SIGTERM, SIGUSR1): the learners stop at the next step
@@ -325,6 +328,8 @@ class _LearnerStates(NamedTuple):
     queue_size: np.ndarray
     trajectories_received: np.ndarray
     policy_lag: np.ndarray  # weight versions between acting and learning, batch mean
+    actors: np.ndarray  # actor tasks that have connected since the learner started
+    reconnections: np.ndarray  # connections beyond each task's first: restarted actors
 
 
 def _learner_states(learning: _Learning, queued) -> _LearnerStates:
@@ -339,7 +344,17 @@ def _learner_states(learning: _Learning, queued) -> _LearnerStates:
     lag = np.nan
     if queued is not None:
         lag = learning.counters.version - float(np.mean(queued.weight_version.numpy()))
-    own = [[float(stop), service.queue_size, service.trajectories_received, lag]]
+    connections = service.connections
+    own = [
+        [
+            float(stop),
+            service.queue_size,
+            service.trajectories_received,
+            lag,
+            len(connections),
+            sum(connections.values()) - len(connections),
+        ]
+    ]
     states = allreduce.gather_from_learners(np.asarray(own, np.float64), "learner_states")
     return _LearnerStates(*states.T)
 
@@ -366,7 +381,8 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
         f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
         f"(clipped {stats['clipped_fraction']:.0%}) | "
-        f"queue {service.queue_size}/{service.queue_capacity}"
+        f"queue {service.queue_size}/{service.queue_capacity} | "
+        f"actors {int(learners.actors.sum())} (back {int(learners.reconnections.sum())}x)"
     )
     summaries = learning.summaries
     if summaries is None:
@@ -376,6 +392,7 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
         progress.frames,
         queue_fill=learners.queue_size / service.queue_capacity,
         frames_received=learners.trajectories_received * frames_per_trajectory,
+        actor_reconnections=learners.reconnections,
     )
     summaries.weights(progress.frames, learning.agent.variables)
     summaries.flush()
@@ -397,18 +414,23 @@ def _report_refusals(learning: _Learning) -> None:
 
 
 def _wait_for_batch(service, batch_size, config, topology) -> transport.QueuedTrajectories | None:
-    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None)."""
+    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None).
+
+    A learner whose actors are gone says so once (not only the chief: a learner without data
+    stalls every learner), keeps waiting for them, and says when data flows again.
+    """
     started = time.monotonic()
-    next_warning = started + config.stall_warning_secs
+    warned = False
+    received = service.trajectories_received
     while service.queue_size < batch_size:
         if _stop_requested.is_set():
             return None
         time.sleep(0.002)
-        if time.monotonic() >= next_warning:
-            # Not only the chief: a learner whose actors all died stalls every learner.
+        if not warned and time.monotonic() >= started + config.stall_warning_secs:
+            warned = True
             logging.warning(
-                "learner %d has waited %.0f s for a batch (%d/%d trajectories queued): "
-                "are its actors (tasks %d mod %d) running?",
+                "learner %d has waited %.0f s for a batch (%d/%d trajectories queued): are its "
+                "actors (tasks %d mod %d) running? It keeps waiting for them",
                 topology.rank,
                 time.monotonic() - started,
                 service.queue_size,
@@ -416,7 +438,13 @@ def _wait_for_batch(service, batch_size, config, topology) -> transport.QueuedTr
                 topology.rank,
                 topology.size,
             )
-            next_warning += config.stall_warning_secs
+    if warned:
+        logging.warning(
+            "learner %d: its actors are back (%d trajectories after %.0f s)",
+            topology.rank,
+            service.trajectories_received - received,
+            time.monotonic() - started,
+        )
     return service.dequeue(batch_size)
 
 

@@ -68,13 +68,21 @@ class Summaries:
             tf.summary.scalar("actors/policy_lag", policy_lag)
 
     def learners(
-        self, frames: int, queue_fill: Sequence[float], frames_received: Sequence[float]
+        self,
+        frames: int,
+        queue_fill: Sequence[float],
+        frames_received: Sequence[float],
+        actor_reconnections: Sequence[float],
     ) -> None:
-        """Per learner (index = rank): how full its queue is and what its actors delivered."""
+        """Per learner (index = rank): how full its queue is, what its actors delivered and how
+        often they came back (restarted, or reconnected) since the learner started."""
         with self._writer.as_default(step=frames):
-            for rank, (fill, received) in enumerate(zip(queue_fill, frames_received, strict=True)):
+            for rank, (fill, received, back) in enumerate(
+                zip(queue_fill, frames_received, actor_reconnections, strict=True)
+            ):
                 tf.summary.scalar(f"learner_{rank}/queue_fill", fill)
                 tf.summary.scalar(f"learner_{rank}/frames_received", received)
+                tf.summary.scalar(f"learner_{rank}/actor_reconnections", back)
 
     def weights(self, frames: int, variables: Iterable[tf.Variable]) -> None:
         """Histograms of every weight, if this run asked for them."""

@@ -128,6 +128,9 @@ class LearnerService:
         self.spec = spec
         self._secret = tf.constant(np.frombuffer(secret.encode(), np.uint8))
         self._refusals = tf.Variable(tf.zeros([len(REFUSAL_REASONS)], tf.int64), trainable=False)
+        # Welcomes per actor task: more than one is an actor that came back (restarted, or
+        # reconnected after losing this learner).
+        self._welcomes = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, 0)
         self._identity = run_identity.encode(identity)
         self._variables = list(variables)
         self._learner_index = learner_index
@@ -156,6 +159,12 @@ class LearnerService:
     def refusals(self) -> dict[str, int]:
         """Calls refused since this learner started, by reason (`wire.REFUSAL_REASONS`)."""
         return dict(zip(REFUSAL_REASONS, (int(n) for n in self._refusals.numpy()), strict=True))
+
+    @property
+    def connections(self) -> dict[int, int]:
+        """How many times each actor task has connected since this learner started."""
+        tasks, counts = self._welcomes.export()
+        return {int(t): int(c) for t, c in zip(tasks.numpy(), counts.numpy(), strict=True)}
 
     @property
     def trajectories_received(self) -> int:
@@ -239,6 +248,17 @@ class LearnerService:
         )
 
     def _welcome(self, actor_identity, actor_task):
+        answer = self._welcome_answer(actor_identity, actor_task)
+
+        def count():
+            task = tf.cast(actor_task, tf.int64)
+            welcomes = self._welcomes.lookup(task) + 1
+            with tf.control_dependencies([self._welcomes.insert(task, welcomes)]):
+                return tf.identity(answer)
+
+        return tf.cond(tf.equal(answer, ""), count, lambda: answer)
+
+    def _welcome_answer(self, actor_identity, actor_task):
         owner = actor_task % self._num_learners
         wrong_learner = tf.strings.format(
             "actor task {} belongs to learner {} (task mod {} learners), not to learner {}",
@@ -247,7 +267,7 @@ class LearnerService:
         mismatch = tf.where(
             tf.equal(actor_identity, self._identity), "", "MISMATCH:" + self._identity
         )
-        return tf.where(tf.equal(owner, self._learner_index), mismatch, wrong_learner)
+        return tf.where(self._owns(actor_task), mismatch, wrong_learner)
 
     def _enqueue(self, secret, actor_task, weight_version, *fields):
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""

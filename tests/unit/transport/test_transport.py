@@ -800,3 +800,16 @@ def test_an_address_that_cannot_be_listened_on_is_a_one_line_error(address, mess
     with pytest.raises(ValueError, match=message) as raised:
         check_listening_address(address)
     assert "\n" not in str(raised.value)
+
+
+def test_the_learner_counts_each_actors_connections(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, learner_index=1, num_learners=2)
+    assert service.connections == {}
+    for task in (1, 3, 1, 1):
+        _client(address, spec, actor_task=task)
+    with pytest.raises(MismatchError):
+        _client(address, spec, actor_task=2)  # another learner's: not counted
+    with pytest.raises(AuthenticationError):
+        _client(address, spec, actor_task=3, secret="0" * 64)  # a stranger: not counted
+    assert service.connections == {1: 3, 3: 1}
