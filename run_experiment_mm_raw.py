@@ -45,6 +45,21 @@ flags.DEFINE_bool(
     "Accept SSH host keys not in known_hosts (prints a warning). Off: unknown hosts are refused.",
 )
 
+flags.DEFINE_integer(
+    "max_actor_restarts",
+    100,
+    "Restarts of each actor whose process dies (killed, crashed), in its tmux window, after 1, 2, "
+    "4 ... s up to --restart_max_delay_secs; never after exit code 0, 2 or 130.",
+)
+flags.DEFINE_integer(
+    "max_learner_restarts",
+    3,
+    "Restarts of the learners' mpirun when a learner dies; they resume from the latest checkpoint.",
+)
+flags.DEFINE_integer(
+    "restart_max_delay_secs", 30, "The longest wait before restarting a process that died."
+)
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -102,6 +117,12 @@ def main(argv: list[str]) -> int:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
         return 2
     try:
+        if min(FLAGS.max_actor_restarts, FLAGS.max_learner_restarts) < 0:
+            raise ValueError("--max_actor_restarts and --max_learner_restarts must be >= 0")
+        if FLAGS.restart_max_delay_secs < 1:
+            raise ValueError(
+                f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 1"
+            )
         workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
         planning.check_hyperparameters()  # as the learners will, dry run or not
         if not FLAGS.logdir:
@@ -116,6 +137,9 @@ def main(argv: list[str]) -> int:
             logdir=FLAGS.logdir,
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
             known_hosts=FLAGS.known_hosts,
+            restarts=planning.Restarts(
+                FLAGS.max_actor_restarts, FLAGS.max_learner_restarts, FLAGS.restart_max_delay_secs
+            ),
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

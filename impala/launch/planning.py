@@ -195,6 +195,17 @@ def learner_ranks(workers: Sequence[Worker]) -> list[Worker]:
     return sorted(learners, key=lambda w: (first_seen[w.host], w.line))
 
 
+@dataclasses.dataclass(frozen=True)
+class Restarts:
+    """How a window starts its process again when it dies, as run_local.py does: after 1, 2,
+    4 ... s (at most `max_delay_secs`), at most so many times, never after exit code 0 (done),
+    2 (refused flags or files) or 130 (stopped)."""
+
+    max_actor_restarts: int = 100
+    max_learner_restarts: int = 3
+    max_delay_secs: int = 30
+
+
 def plan_run(
     workers: Sequence[Worker],
     flags: Sequence[str],
@@ -203,6 +214,7 @@ def plan_run(
     local_hosts: frozenset[str] = LOCAL_HOSTS,
     accept_unknown_host_keys: bool = False,
     known_hosts: str = "~/.ssh/known_hosts",
+    restarts: Restarts = Restarts(),
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -210,7 +222,8 @@ def plan_run(
     the other learner hosts over SSH with a generated ssh config. Actors each get a window
     `actor_<task>` on their host. Every process gets the same hyperparameter `flags`, and the
     run folder `<logdir>/<run_name>` (relative to each host's workdir unless absolute) for its
-    log; learners keep the run's checkpoints and summaries there.
+    log; learners keep the run's checkpoints and summaries there. Each window starts its process
+    again when it dies (`restarts`): the learners resume from the latest checkpoint.
     """
     learners = learner_ranks(workers)
     actors = [w for w in workers if w.job == "actor"]
@@ -250,7 +263,17 @@ def plan_run(
         )
     learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
     windows.setdefault(first.host, []).append(
-        Window(LEARNERS_WINDOW, _in_workdir(first.workdir, log_dir, learner_line, "learners"))
+        Window(
+            LEARNERS_WINDOW,
+            _in_workdir(
+                first.workdir,
+                log_dir,
+                learner_line,
+                "learners",
+                restarts.max_learner_restarts,
+                restarts.max_delay_secs,
+            ),
+        )
     )
     for actor in actors:
         argv = actor_command(
@@ -258,7 +281,17 @@ def plan_run(
         )
         line = shell_line(["env", f"CUDA_VISIBLE_DEVICES={actor.cuda_visible_devices}", *argv])
         windows.setdefault(actor.host, []).append(
-            Window(actor.name, _in_workdir(actor.workdir, log_dir, line, actor.name))
+            Window(
+                actor.name,
+                _in_workdir(
+                    actor.workdir,
+                    log_dir,
+                    line,
+                    actor.name,
+                    restarts.max_actor_restarts,
+                    restarts.max_delay_secs,
+                ),
+            )
         )
 
     by_host: dict[str, list[Worker]] = {}
@@ -305,11 +338,24 @@ def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:
     return shell_line(argv)
 
 
-def _in_workdir(workdir: str, log_dir: str, line: str, name: str) -> str:
-    """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status."""
+def _in_workdir(
+    workdir: str, log_dir: str, line: str, name: str, max_restarts: int, max_delay: int
+) -> str:
+    """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status, and starts
+    it again when it dies (see `Restarts`)."""
+    log = shlex.quote(f"{log_dir}/{name}.log")
+    say = f"[frontend] {name} exited with code $code;"
     script = (
-        f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} && "
-        f"{line} 2>&1 | tee -a {shlex.quote(f'{log_dir}/{name}.log')}"
+        f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} || exit 1; "
+        f"restarts=0; delay=1; while true; do {line} 2>&1 | tee -a {log}; code=$?; "
+        "case $code in 0|2|130) exit $code;; esac; "
+        f"if [ $restarts -ge {int(max_restarts)} ]; then "
+        f'echo "{say} not restarting it after $restarts restarts" | tee -a {log}; exit $code; fi; '
+        "restarts=$((restarts + 1)); "
+        f'echo "{say} restarting it in $delay s (restart $restarts of at most '
+        f'{int(max_restarts)})" | tee -a {log}; '
+        f"sleep $delay; delay=$((delay * 2 > {int(max_delay)} ? {int(max_delay)} : delay * 2)); "
+        "done"
     )
     return shell_line(["bash", "-o", "pipefail", "-c", script])
 

@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import signal
 import stat
 import subprocess
 import uuid
@@ -14,6 +15,7 @@ from tests import hostile_csv
 from tests.helpers import (
     ROOT,
     SMALL_RUN_FLAGS,
+    pids_with,
     processes_with,
     read_text,
     run_frontend,
@@ -97,6 +99,22 @@ def test_local_start_status_stop(run_name, tmp_path):
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
     assert f"run secret created in {secret}" in started.stdout
     assert f"run secret read from runs/{run_name}/secret" in read_text(log)
+
+    # An actor killed outright is started again in its window, and acts again.
+    actor_log = os.path.join(ROOT, "runs", run_name, "actor_0.log")
+    wait_until(lambda: "acting for learner" in read_text(actor_log), 120, lambda: "no actor")
+    (actor,) = [  # the actor's python, not the window's shell that restarts it
+        pid
+        for pid in pids_with("--job_name=actor", "--task=0", f"--experiment={run_name}")
+        if not read_text(f"/proc/{pid}/cmdline").startswith("bash")
+    ]
+    os.kill(actor, signal.SIGKILL)
+    wait_until(
+        lambda: read_text(actor_log).count("acting for learner") >= 2,
+        120,
+        lambda: f"actor 0 did not come back:\n{read_text(actor_log)[-2000:]}",
+    )
+    assert "[frontend] actor_0 exited with code 137; restarting it in 1 s" in read_text(actor_log)
 
     status = run_frontend(*flags, "--action=status")
     states = {line.split()[1]: line.split()[2] for line in status.stdout.splitlines()[1:]}

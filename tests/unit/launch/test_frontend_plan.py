@@ -34,11 +34,55 @@ def _plan(tmp_path, local_hosts=frozenset(), accept=False):
     )
 
 
+# A window's script: into the workdir, then the process in a restart loop (see `_in_workdir`).
+_SUPERVISED = re.compile(
+    r"(cd .+? && mkdir -p .+?) \|\| exit 1; restarts=0; delay=1; while true; do "
+    r"(.+? 2>&1 \| tee -a .+?); code=\$\?; case \$code in 0\|2\|130\) exit \$code;; esac; "
+    r".* done",
+    re.S,
+)
+
+
 def _script(window):
-    """The shell script inside `bash -o pipefail -c '...'`."""
+    """The shell script inside `bash -o pipefail -c '...'`, its restart loop left out: what
+    runs once, `cd ... && mkdir -p ... && <process> 2>&1 | tee -a <log>`."""
     argv = shlex.split(window.command)
     assert argv[:3] == ["bash", "-o", "pipefail"] and argv[3] == "-c"
-    return argv[4]
+    match = _SUPERVISED.fullmatch(argv[4])
+    assert match, argv[4]
+    return f"{match[1]} && {match[2]}"
+
+
+def _run_supervised(tmp_path, exit_codes, max_restarts=2):
+    """Runs a window's script around a process that exits with each of `exit_codes` in turn."""
+    codes = tmp_path / "codes"
+    codes.write_text("".join(f"{code}\n" for code in exit_codes))
+    line = f"bash -c {shlex.quote('c=$(head -1 codes); sed -i 1d codes; echo ran; exit $c')}"
+    command = planning._in_workdir(str(tmp_path), "logs", line, "actor_0", max_restarts, 1)
+    done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60)
+    return done.returncode, (tmp_path / "logs" / "actor_0.log").read_text()
+
+
+def test_a_window_restarts_its_process_when_it_dies_at_most_so_many_times(tmp_path):
+    code, log = _run_supervised(tmp_path, [137, 1, 139, 0])
+    assert code == 139
+    assert log.count("ran") == 3  # the first start and 2 restarts
+    assert (
+        "[frontend] actor_0 exited with code 137; restarting it in 1 s (restart 1 of at most 2)"
+        in log
+    )
+    assert (
+        "[frontend] actor_0 exited with code 1; restarting it in 1 s (restart 2 of at most 2)"
+        in log
+    )
+    assert "[frontend] actor_0 exited with code 139; not restarting it after 2 restarts" in log
+
+
+@pytest.mark.parametrize("final", [0, 2, 130])
+def test_a_window_does_not_restart_a_process_that_finished_refused_or_was_stopped(tmp_path, final):
+    code, log = _run_supervised(tmp_path, [137, final, 1])
+    assert code == final
+    assert log.count("ran") == 2 and "restart 2" not in log
 
 
 def test_learner_ranks_are_grouped_by_host_in_first_seen_order(tmp_path):
