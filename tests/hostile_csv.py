@@ -5,17 +5,9 @@ import csv
 import os
 import sys
 
-COLUMNS = (
-    "job",
-    "host",
-    "tf_port",
-    "ssh_port",
-    "ssh_user",
-    "ssh_key",
-    "cuda_visible_devices",
-    "workdir",
-    "python",
-)
+from impala.launch import workers_csv
+
+COLUMNS = workers_csv.REQUIRED_COLUMNS + workers_csv.OPTIONAL_COLUMNS
 
 # Each (but the last) creates `marker` if it ever runs: in a shell, in ssh's config or as an
 # option.

@@ -227,20 +227,7 @@ def test_user_names_that_are_accepted(tmp_path):
     assert [w.ssh_user for w in workers[:-1]] == users
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "job",
-        "host",
-        "tf_port",
-        "ssh_port",
-        "ssh_user",
-        "ssh_key",
-        "cuda_visible_devices",
-        "workdir",
-        "python",
-    ],
-)
+@pytest.mark.parametrize("name", workers_csv.REQUIRED_COLUMNS + workers_csv.OPTIONAL_COLUMNS)
 @pytest.mark.parametrize(
     "character", ["\n", "\r", "\0", "\t", "\x1b", "\x7f", "\x85", "\u2028", "\u202e"]
 )
