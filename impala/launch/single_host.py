@@ -401,8 +401,10 @@ def main(argv: list[str]) -> int:
         print(f"run_local.py: error: no free port for the learners: {error}", file=sys.stderr)
         return 1
     print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    signal.signal(signal.SIGHUP, _raise_interrupt)
+    # Ctrl-C, SIGTERM and SIGHUP all stop the run. SIGINT explicitly too: a shell starts
+    # background jobs with it ignored, and that would make Ctrl-C's signal do nothing.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
     learners = _Supervised(
         "learners",
         learner_argv,
