@@ -2,6 +2,7 @@
 or an ssh config unquoted, and a stand-in project folder that records where its processes ran."""
 
 import csv
+import json
 import os
 import sys
 
@@ -54,6 +55,21 @@ role = [a for a in sys.argv if a.startswith(("--job_name=", "--task="))]
 rank = os.environ.get("OMPI_COMM_WORLD_RANK")
 print("RAN " + json.dumps({"cwd": os.getcwd(), "role": role, "rank": rank}), flush=True)
 """
+
+
+def records(text: str) -> list[dict]:
+    """Every "RAN {...}" record in a log. mpirun forwards its ranks' output in chunks that need
+    not end at a line's end, so two records may share a line."""
+    decoder, found = json.JSONDecoder(), []
+    start = text.find("RAN ")
+    while start >= 0:
+        try:
+            record, end = decoder.raw_decode(text, start + len("RAN "))
+        except json.JSONDecodeError:  # one still being written
+            break
+        found.append(record)
+        start = text.find("RAN ", end)
+    return found
 
 
 def recording_project(workdir: str, python: str) -> None:

@@ -1,6 +1,5 @@
 """The CSV frontend on this machine only: local tmux through libtmux, no SSH."""
 
-import json
 import os
 import shlex
 import signal
@@ -256,7 +255,7 @@ def test_a_run_starts_and_stops_in_a_workdir_and_python_with_shell_characters(tm
         lambda: f"not every process ran: {[read_text(log) for log in logs.values()]}",
     )
     for name, log in logs.items():
-        (ran,) = [json.loads(line[4:]) for line in read_text(log).splitlines() if "RAN " in line]
+        (ran,) = hostile_csv.records(read_text(log))
         assert ran["cwd"] == workdir, name
     stopped = run_frontend(*flags, "--action=stop")
     assert stopped.returncode == 0, stopped.stderr

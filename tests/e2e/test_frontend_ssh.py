@@ -248,7 +248,7 @@ def test_learners_on_two_hosts_run_in_a_workdir_and_python_with_shell_characters
     logs = [os.path.join(run_dir, f"{name}.log") for name in ("learners", "actor_0", "actor_1")]
 
     def ran(log):
-        return [json.loads(line[4:]) for line in read_text(log).splitlines() if "RAN " in line]
+        return hostile_csv.records(read_text(log))
 
     wait_until(
         lambda: len(ran(logs[0])) == 2 and all(ran(log) for log in logs[1:]),
