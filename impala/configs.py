@@ -1,7 +1,8 @@
-"""Hyperparameters shared by every process of a run, validated where they are built.
+"""Hyperparameters shared by every process of a run, validated where they are built, and the
+checks of each role's job-level flags (queue, checkpoints, timeouts...).
 
 TensorFlow-free: launchers and the frontend check a run's flags with these before starting
-anything.
+anything, and each process's job config checks its own with the same functions.
 """
 
 from __future__ import annotations
@@ -118,6 +119,58 @@ class LearnerConfig:
 def _require(ok: bool, flag: str, value: Any, what: str) -> None:
     if not ok:
         raise ValueError(f"--{flag}={value}: {what}")
+
+
+# ---- Job-level flags: checked by each process's job config, and by launchers before starting.
+
+
+def check_playing_flags(num_action_repeats: int, seed: int) -> None:
+    """Raises the one-line error of a bad --num_action_repeats or --seed (every training role)."""
+    _require(
+        num_action_repeats >= 1,
+        "num_action_repeats",
+        num_action_repeats,
+        "must be at least 1 (1: no repeat beyond the Atari frame skip)",
+    )
+    _require(seed >= 0, "seed", seed, "must be >= 0")
+
+
+def check_learner_job_flags(
+    queue_capacity: int, batch_size: int, keep_checkpoints: int, save_every_secs: float
+) -> None:
+    """Raises the one-line error of a learner flag out of range."""
+    _require(queue_capacity >= 0, "queue_capacity", queue_capacity, "must be >= 0")
+    _require(
+        queue_capacity == 0 or queue_capacity >= batch_size,
+        "queue_capacity",
+        queue_capacity,
+        f"must be 0 or at least --batch_size={batch_size}, or no batch ever fills",
+    )
+    _require(keep_checkpoints >= 1, "keep_checkpoints", keep_checkpoints, "must be at least 1")
+    _require(
+        0 < save_every_secs < math.inf,
+        "save_every_secs",
+        save_every_secs,
+        "must be a finite number > 0",
+    )
+
+
+def check_actor_job_flags(num_envs_per_actor: int, connect_timeout_secs: float) -> None:
+    """Raises the one-line error of an actor flag out of range."""
+    _require(
+        num_envs_per_actor >= 1, "num_envs_per_actor", num_envs_per_actor, "must be at least 1"
+    )
+    _require(
+        0 < connect_timeout_secs < math.inf,
+        "connect_timeout_secs",
+        connect_timeout_secs,
+        "must be a finite number > 0",
+    )
+
+
+def check_test_flags(test_num_episodes: int) -> None:
+    """Raises the one-line error of a --mode=test flag out of range."""
+    _require(test_num_episodes >= 1, "test_num_episodes", test_num_episodes, "must be at least 1")
 
 
 def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:

@@ -17,7 +17,7 @@ import networks
 from impala import envs
 from impala.actor.actor import Actor
 from impala.build import environment_and_agent
-from impala.configs import LearnerConfig
+from impala.configs import LearnerConfig, check_playing_flags
 from impala.learner.optimise import Trainer
 from impala.progress import Progress
 from impala.trajectory import stack_unrolls
@@ -33,6 +33,9 @@ class LocalConfig:
     seed: int = 0
     log_every_secs: float = 5.0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+
+    def __post_init__(self):
+        check_playing_flags(self.num_action_repeats, self.seed)
 
 
 def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:

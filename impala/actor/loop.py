@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import numpy as np
 
 from impala import build, run_secret, transport
 from impala.actor.actor import Actor
-from impala.configs import check_learner_hosts
+from impala.configs import check_actor_job_flags, check_learner_hosts, check_playing_flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +47,8 @@ class ActorJobConfig:
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
-        if not 0 < self.connect_timeout_secs < math.inf:
-            raise ValueError(
-                f"--connect_timeout_secs={self.connect_timeout_secs}: must be a finite number > 0"
-            )
+        check_playing_flags(self.num_action_repeats, self.seed)
+        check_actor_job_flags(self.num_envs, self.connect_timeout_secs)
         if not self.secret_file:
             raise ValueError(
                 "--secret_file: an actor needs the run secret: the learner's run folder has "

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from impala import envs
+from impala import configs, envs
 from impala.evaluation.play import Game, Policy, play, sample_actions, score_text
 from impala.evaluation.restore import (
     check_environment,
@@ -95,8 +95,9 @@ class EvalConfig:
     def __post_init__(self):
         if not isinstance(self.checkpoint, str) or not self.checkpoint:
             raise ValueError("--checkpoint is empty: give a run folder or a checkpoint")
-        if not _is_int(self.num_episodes) or self.num_episodes < 1:
-            raise ValueError(f"--test_num_episodes={self.num_episodes!r}: must be an int >= 1")
+        if not _is_int(self.num_episodes):
+            raise ValueError(f"--test_num_episodes={self.num_episodes!r}: must be an int")
+        configs.check_test_flags(self.num_episodes)
         if self.policy not in POLICIES:
             raise ValueError(f"--test_policy={self.policy!r}: must be 'sample' or 'greedy'")
         if not _is_int(self.seed) or self.seed < 0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 import time
 from collections import Counter
@@ -22,7 +21,12 @@ import tensorflow as tf
 
 import networks
 from impala import build, run_folder, transport
-from impala.configs import LearnerConfig, check_learner_hosts
+from impala.configs import (
+    LearnerConfig,
+    check_learner_hosts,
+    check_learner_job_flags,
+    check_playing_flags,
+)
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
 from impala.learner.summaries import Summaries
@@ -78,19 +82,13 @@ class LearnerJobConfig:
             raise ValueError(
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
             )
-        if self.queue_capacity < 0:
-            raise ValueError(f"--queue_capacity={self.queue_capacity}: must be >= 0")
-        if 0 < self.queue_capacity < self.learner.batch_size:
-            raise ValueError(
-                f"--queue_capacity={self.queue_capacity}: must be 0 or at least --batch_size="
-                f"{self.learner.batch_size}, or no batch ever fills"
-            )
-        if self.keep_checkpoints < 1:
-            raise ValueError(f"--keep_checkpoints={self.keep_checkpoints}: must be >= 1")
-        if not 0 < self.save_every_secs < math.inf:
-            raise ValueError(
-                f"--save_every_secs={self.save_every_secs}: must be a finite number > 0"
-            )
+        check_playing_flags(self.num_action_repeats, self.seed)
+        check_learner_job_flags(
+            self.queue_capacity,
+            self.learner.batch_size,
+            self.keep_checkpoints,
+            self.save_every_secs,
+        )
 
 
 # Set by a signal handler (Ctrl-C, SIGTERM, SIGUSR1): the learners stop at the next step

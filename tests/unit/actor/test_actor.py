@@ -1,6 +1,7 @@
 """The actor's unrolls: overlap by one step, episode resets, carried core state, weight versions."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -131,3 +132,25 @@ def test_every_environment_of_every_actor_and_run_seed_gets_its_own_seed():
     assert len(env_seeds) == 4 * 8 * num_envs  # no environment stream is shared
     assert len(sampling_seeds) == 4 * 8
     assert actor_loop.derived_seeds(3, 5, num_envs) == actor_loop.derived_seeds(3, 5, num_envs)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_envs", 0, "--num_envs_per_actor=0: must be at least 1"),
+        ("connect_timeout_secs", 0.0, "--connect_timeout_secs=0.0: must be a finite number > 0"),
+        ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
+        ("seed", -1, "--seed=-1: must be >= 0"),
+    ],
+)
+def test_an_actor_refuses_its_job_flags_in_the_launchers_line(field, value, message):
+    # The actor's own check, for an actor started by hand: the launchers give the same line.
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        actor_loop.ActorJobConfig(
+            level_name=envs.COUNTER_LEVEL,
+            agent_name="MLPAgent",
+            task=0,
+            learner_hosts=("localhost:8001",),
+            secret_file="secret",
+            **{field: value},
+        )

@@ -10,6 +10,7 @@ import tensorflow as tf
 import networks
 from impala import trajectory
 from impala.configs import LearnerConfig
+from impala.learner import loop as learner_loop
 from impala.learner import loss, optimise
 from impala.trajectory import Steps
 
@@ -353,3 +354,30 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         LearnerConfig(batch_reuse=0)
     with pytest.raises(ValueError, match=r"--momentum=0\.9: is RMSProp.s; --optimizer=adam"):
         LearnerConfig(optimizer="adam", momentum=0.9)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "queue_capacity",
+            3,
+            "--queue_capacity=3: must be 0 or at least --batch_size=16, or no batch ever fills",
+        ),
+        ("keep_checkpoints", 0, "--keep_checkpoints=0: must be at least 1"),
+        ("save_every_secs", float("nan"), "--save_every_secs=nan: must be a finite number > 0"),
+        ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
+        ("seed", -1, "--seed=-1: must be >= 0"),
+    ],
+)
+def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
+    # The learner's own check, for a learner started by hand: the launchers give the same line.
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        learner_loop.LearnerJobConfig(
+            level_name="PongNoFrameskip-v4",
+            agent_name="MLPAgent",
+            learner_hosts=("localhost:8001",),
+            learner=LearnerConfig(batch_size=16),
+            secret_file="secret",
+            **{field: value},
+        )
