@@ -117,18 +117,19 @@ def main(argv: list[str]) -> int:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
         return 2
     try:
-        if min(FLAGS.max_actor_restarts, FLAGS.max_learner_restarts) < 0:
-            raise ValueError("--max_actor_restarts and --max_learner_restarts must be >= 0")
+        for name in ("max_actor_restarts", "max_learner_restarts"):
+            if FLAGS[name].value < 0:
+                raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")
         if FLAGS.restart_max_delay_secs < 1:
             raise ValueError(
                 f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 1"
             )
         workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
-        planning.check_hyperparameters()  # as the learners will, dry run or not
+        given = impala_flags.flag_values(only_given=True)
+        planning.check_hyperparameters(given)  # as every process will, dry run or not
         if not FLAGS.logdir:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.
-        given = impala_flags.flag_values(only_given=True)
         run_name = run_name_for(FLAGS.workers_csv_path)
         plans = planning.plan_run(
             workers,

@@ -6,7 +6,9 @@ run's flags without the ML stack. Defining the flags is importing this module.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator, Mapping
 
 from absl import flags
 
@@ -221,6 +223,23 @@ def apply_preset() -> None:
     for name, value in PRESETS.get(FLAGS.preset, {}).items():
         if not FLAGS[name].present:
             FLAGS[name].value = value
+
+
+@contextlib.contextmanager
+def as_forwarded(forwarded: Mapping[str, object]) -> Iterator[None]:
+    """Gives this module's flags, until the block ends, the values a run's processes get when a
+    launcher passes on `forwarded` (flag name -> value): those, then --preset's, then the
+    defaults. For launchers, to check those values as the processes will."""
+    own = FLAGS.get_flags_for_module(sys.modules[__name__])
+    kept = {flag.name: flag.value for flag in own}
+    preset = PRESETS.get(forwarded.get("preset", FLAGS["preset"].default), {})
+    try:
+        for flag in own:
+            flag.value = forwarded.get(flag.name, preset.get(flag.name, flag.default))
+        yield
+    finally:
+        for flag in own:
+            flag.value = kept[flag.name]
 
 
 def flag_values(only_given: bool = False) -> dict:

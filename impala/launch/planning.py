@@ -407,9 +407,17 @@ def _ssh_config_path(name: str, path: str) -> str:
     return f'"{path}"' if any(c in path for c in " '#") else path
 
 
-def check_hyperparameters() -> None:
-    """Raises the one-line error the learners would give for this run's hyperparameter flags,
-    before anything starts: the same check (`experiment.learner_config_from_flags`)."""
-    import experiment  # TensorFlow-free at import: it loads a role's stack only to run it
+def check_hyperparameters(forwarded: Mapping[str, object]) -> None:
+    """Raises the one-line error the run's processes would give for their flags, before anything
+    starts: the same checks (`experiment.check_run_flags`: hyperparameters and job-level flags),
+    on the values the processes will have.
 
-    experiment.learner_config_from_flags()
+    Args:
+      forwarded: flag name -> value, for the flags the launcher passes on (`forwarded_flags`);
+        the processes take --preset's values, then the defaults, for the others.
+    """
+    import experiment  # TensorFlow-free at import: it loads a role's stack only to run it
+    from impala import flags as impala_flags
+
+    with impala_flags.as_forwarded(forwarded):
+        experiment.check_run_flags()

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import math
 import os
 import random
 import signal
@@ -347,6 +348,24 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
     return {**kept, **given}, num_learners, num_actors
 
 
+def check_launcher_flags(num_learners: int, num_actors: int) -> None:
+    """Raises a one-line error for a flag of run_local.py itself out of range (the numbers of
+    learners and actors as `run_flags` gives them)."""
+    for name, value in (("num_learners", num_learners), ("num_actors", num_actors)):
+        if value < 1:
+            raise ValueError(f"--{name}={value}: must be at least 1")
+    for name in ("max_actor_restarts", "max_learner_restarts"):
+        if FLAGS[name].value < 0:
+            raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")
+    if not FLAGS.restart_max_delay_secs >= 0:  # NaN too
+        raise ValueError(f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 0")
+    if not 0 < FLAGS.stop_timeout_secs < math.inf:
+        # NaN, 0 or less would SIGKILL the learners before they save.
+        raise ValueError(
+            f"--stop_timeout_secs={FLAGS.stop_timeout_secs}: must be a finite number > 0"
+        )
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -366,15 +385,8 @@ def main(argv: list[str]) -> int:
         experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
         run_dir = run_folder.path(FLAGS.logdir, experiment_name)
         given, num_learners, num_actors = run_flags(run_dir)
-        planning.check_hyperparameters()
-        if num_learners < 1 or num_actors < 1:
-            raise ValueError("--num_learners and --num_actors must be at least 1")
-        if FLAGS.max_actor_restarts < 0 or FLAGS.max_learner_restarts < 0:
-            raise ValueError("--max_actor_restarts and --max_learner_restarts must be >= 0")
-        if not FLAGS.restart_max_delay_secs >= 0:  # NaN too
-            raise ValueError(
-                f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 0"
-            )
+        check_launcher_flags(num_learners, num_actors)
+        planning.check_hyperparameters(given)  # as every process will, before any starts
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2

@@ -6,10 +6,12 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
 from impala.launch import planning, tmux, workers_csv
+from tests.helpers import ROOT
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
 CSV = f"""{HEADER}
@@ -338,3 +340,28 @@ def test_tmux_never_gets_a_window_command_ending_in_a_semicolon():
     # commands.
     with pytest.raises(ValueError, match="may not end with ';'"):
         tmux.tmux_new_window("impala_run", planning.Window("actor_0", "true;"), first=True)
+
+
+def test_a_dry_run_refuses_a_bad_job_flag_in_one_line(tmp_path):
+    # Without the ML stack, as on a laptop driving the run: the check is the frontend's own.
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "run_experiment_mm_raw.py",
+            "--workers_csv_path=sandbox/local_workers_example.csv",
+            f"--logdir={tmp_path}",
+            "--keep_checkpoints=0",
+            "--dry_run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr.splitlines() == [
+        "run_experiment_mm_raw.py: error: --keep_checkpoints=0: must be at least 1"
+    ]
+    assert completed.stdout == ""

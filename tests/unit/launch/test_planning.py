@@ -1,10 +1,21 @@
 """Run planning: the exact command lines of learners, actors and mpirun."""
 
+import os
 import random
+import re
 import shlex
 import socket
+import subprocess
+import sys
 
+import pytest
+from absl.testing import flagsaver
+
+from impala import flags as impala_flags
 from impala.launch import planning, single_host
+from tests.helpers import ROOT
+
+FLAGS = impala_flags.FLAGS
 
 
 def test_forwarded_flags_are_sorted_and_skip_per_process_flags():
@@ -112,3 +123,100 @@ def test_free_ports_fall_back_to_the_os_when_the_ephemeral_range_covers_everythi
     monkeypatch.setattr(single_host, "_ephemeral_port_range", lambda: (1024, 65535))
     ports = single_host.free_ports(3)  # no candidates of its own: without a fallback, none
     assert len(set(ports)) == 3 and all(single_host._bindable(p) for p in ports)
+
+
+def _check_as_launcher(*argv):
+    """`planning.check_hyperparameters` on a launcher's command line `argv`."""
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["run_local.py", *argv])
+        planning.check_hyperparameters(impala_flags.flag_values(only_given=True))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--queue_capacity=3", "--batch_size=16"],
+            "--queue_capacity=3: must be 0 or at least --batch_size=16, or no batch ever fills",
+        ),
+        (["--queue_capacity=-1"], "--queue_capacity=-1: must be >= 0"),
+        (["--keep_checkpoints=0"], "--keep_checkpoints=0: must be at least 1"),
+        (["--save_every_secs=0"], "--save_every_secs=0.0: must be a finite number > 0"),
+        (["--save_every_secs=inf"], "--save_every_secs=inf: must be a finite number > 0"),
+        (["--num_envs_per_actor=0"], "--num_envs_per_actor=0: must be at least 1"),
+        (["--connect_timeout_secs=nan"], "--connect_timeout_secs=nan: must be a finite number > 0"),
+        (["--num_action_repeats=0"], "--num_action_repeats=0: must be at least 1"),
+        (["--seed=-1"], "--seed=-1: must be >= 0"),
+        (["--test_num_episodes=0"], "--test_num_episodes=0: must be at least 1"),
+        (["--batch_reuse=0"], "--batch_reuse=0: must be at least 1"),
+        # The processes apply the preset (batch 32) before checking, and so does the launcher.
+        (
+            ["--preset=paper", "--queue_capacity=20"],
+            "--queue_capacity=20: must be 0 or at least --batch_size=32",
+        ),
+    ],
+)
+def test_launchers_refuse_the_flags_a_process_would_refuse_in_its_one_line(argv, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        _check_as_launcher(*argv)
+
+
+def test_launchers_check_the_values_the_processes_get_and_leave_their_own_flags_alone():
+    # The paper preset's RMSProp takes a momentum (Adam, the default optimizer, does not).
+    _check_as_launcher("--preset=paper", "--momentum=0.9", "--queue_capacity=32")
+    # A resumed run's saved flags are forwarded with those given: checked together.
+    with pytest.raises(
+        ValueError, match=r"^--queue_capacity=20: must be 0 or at least --batch_size=32"
+    ):
+        planning.check_hyperparameters({"batch_size": 32, "queue_capacity": 20})
+    assert FLAGS.batch_size == FLAGS["batch_size"].default
+    assert FLAGS.queue_capacity == FLAGS["queue_capacity"].default
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num_actors=0"], "--num_actors=0: must be at least 1"),
+        (["--num_learners=-1"], "--num_learners=-1: must be at least 1"),
+        (["--max_actor_restarts=-1"], "--max_actor_restarts=-1: must be >= 0"),
+        (["--max_learner_restarts=-2"], "--max_learner_restarts=-2: must be >= 0"),
+        (["--restart_max_delay_secs=nan"], "--restart_max_delay_secs=nan: must be >= 0"),
+        (["--stop_timeout_secs=0"], "--stop_timeout_secs=0.0: must be a finite number > 0"),
+        (["--stop_timeout_secs=inf"], "--stop_timeout_secs=inf: must be a finite number > 0"),
+    ],
+)
+def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message):
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["run_local.py", *argv])
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            single_host.check_launcher_flags(FLAGS.num_learners, FLAGS.num_actors)
+
+
+def test_run_local_refuses_a_bad_job_flag_in_one_line_before_starting_or_writing_anything(
+    tmp_path,
+):
+    # Without the ML stack: the check is the launcher's own, not a process's.
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "run_local.py",
+            f"--logdir={tmp_path}",
+            "--queue_capacity=3",
+            "--batch_size=16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr.splitlines() == [
+        "run_local.py: error: --queue_capacity=3: must be 0 or at least --batch_size=16, or no "
+        "batch ever fills"
+    ]
+    assert completed.stdout == ""
+    assert os.listdir(tmp_path) == []
