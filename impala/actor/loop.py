@@ -102,6 +102,8 @@ def derived_seeds(seed: int, task: int, num_envs: int) -> tuple[int, int]:
 
 # How long one attempt to reach the learner may block.
 _CONNECT_ATTEMPT_SECS = 3.0
+# While waiting for the learner or the run secret, say so at most this often.
+_WAIT_REPORT_SECS = 30.0
 
 
 @dataclasses.dataclass
@@ -152,7 +154,7 @@ def _connect(config, spec, identity, variables, secret, report) -> transport.Act
                 ) from None
             if time.monotonic() >= next_report:
                 report(f"actor {config.task}: waiting for learner {config.learner_address}")
-                next_report = time.monotonic() + 30.0
+                next_report = time.monotonic() + _WAIT_REPORT_SECS
             time.sleep(1.0)
 
 
@@ -160,13 +162,16 @@ def _read_secret(config: ActorJobConfig, report) -> str:
     """The run secret; a missing file is waited for as the learner is (the learner may be
     creating it), anything else wrong with it is an error at once."""
     deadline = time.monotonic() + config.connect_timeout_secs
+    next_report = time.monotonic()
     while True:
         try:
             return run_secret.load(config.secret_file)
         except run_secret.SecretError:
             if os.path.lexists(config.secret_file) or time.monotonic() >= deadline:
                 raise
-        report(f"actor {config.task}: waiting for the run secret at {config.secret_file}")
+        if time.monotonic() >= next_report:
+            report(f"actor {config.task}: waiting for the run secret at {config.secret_file}")
+            next_report = time.monotonic() + _WAIT_REPORT_SECS
         time.sleep(1.0)
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import networks
-from impala import envs
+from impala import envs, run_secret
 from impala.actor import loop as actor_loop
 from impala.actor.actor import Actor
 
@@ -132,6 +132,45 @@ def test_every_environment_of_every_actor_and_run_seed_gets_its_own_seed():
     assert len(env_seeds) == 4 * 8 * num_envs  # no environment stream is shared
     assert len(sampling_seeds) == 4 * 8
     assert actor_loop.derived_seeds(3, 5, num_envs) == actor_loop.derived_seeds(3, 5, num_envs)
+
+
+class _FakeTime:
+    """`time` for the actor loop, on a clock that only `sleep` moves; `at(t, action)` runs
+    `action` once the clock reaches t."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.actions = []
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, secs):
+        self.now += secs
+        for due, action in list(self.actions):
+            if self.now >= due:
+                self.actions.remove((due, action))
+                action()
+
+    def at(self, due, action):
+        self.actions.append((due, action))
+
+
+def test_an_actor_waiting_for_the_run_secret_says_so_once_then_every_30_s(tmp_path, monkeypatch):
+    clock = _FakeTime()
+    monkeypatch.setattr(actor_loop, "time", clock)
+    path = str(tmp_path / "secret")
+    clock.at(65.0, lambda: run_secret.create(path))  # the learner writes it after 65 s
+    config = actor_loop.ActorJobConfig(
+        level_name=envs.COUNTER_LEVEL,
+        agent_name="MLPAgent",
+        task=2,
+        learner_hosts=("localhost:1",),
+        secret_file=path,
+    )
+    reports = []
+    assert actor_loop._read_secret(config, reports.append) == run_secret.load(path)
+    assert reports == [f"actor 2: waiting for the run secret at {path}"] * 3  # at 0, 30, 60 s
 
 
 @pytest.mark.parametrize(
