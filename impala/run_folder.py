@@ -39,6 +39,11 @@ PER_PROCESS_FLAGS = frozenset(
     }
 )
 
+# Exit codes after which the launchers (run_local.py, the frontend's tmux windows) do not start a
+# process of the run again: it finished (0), refused its flags or files (2, experiment.py's code
+# for a one-line error: the same start would fail the same way) or was stopped on purpose (130).
+FINAL_EXIT_CODES = (0, 2, 130)
+
 
 def path(logdir: str, experiment: str) -> str:
     """The run folder of run `experiment` under `logdir`."""

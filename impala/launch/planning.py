@@ -345,10 +345,11 @@ def _in_workdir(
     it again when it dies (see `Restarts`)."""
     log = shlex.quote(f"{log_dir}/{name}.log")
     say = f"[frontend] {name} exited with code $code;"
+    final = "|".join(str(code) for code in run_folder.FINAL_EXIT_CODES)
     script = (
         f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} || exit 1; "
         f"restarts=0; delay=1; while true; do {line} 2>&1 | tee -a {log}; code=$?; "
-        "case $code in 0|2|130) exit $code;; esac; "
+        f"case $code in {final}) exit $code;; esac; "
         f"if [ $restarts -ge {int(max_restarts)} ]; then "
         f'echo "{say} not restarting it after $restarts restarts" | tee -a {log}; exit $code; fi; '
         "restarts=$((restarts + 1)); "

@@ -70,9 +70,6 @@ class _Process:
     reported: bool = False
 
 
-# Exit codes after which a process is not started again: it finished (0), refused its flags or
-# files (2: the same start would fail the same way) or was stopped on purpose (130).
-_FINAL_EXIT_CODES = (0, 2, 130)
 _FIRST_DELAY_SECS = 1.0
 _HEALTHY_SECS = 300.0  # running this long resets the delay before the next restart
 
@@ -107,7 +104,7 @@ class _Supervised:
     def schedule_restart(self, code: int) -> bool:
         """Decides whether to start it again after it exited with `code`, and when. Returns
         whether it will be."""
-        if code in _FINAL_EXIT_CODES or self.restarts >= self.max_restarts:
+        if code in run_folder.FINAL_EXIT_CODES or self.restarts >= self.max_restarts:
             self.given_up = True
             return False
         if time.monotonic() - self.started_at >= _HEALTHY_SECS:
@@ -275,7 +272,11 @@ def _supervise(learners: _Supervised, actors: list[_Supervised], stop_timeout: f
     if code != 0:
         print(
             f"[run_local] the learners exited with code {code}"
-            + (f" after {learners.restarts} restart(s)" if code not in _FINAL_EXIT_CODES else "")
+            + (
+                f" after {learners.restarts} restart(s)"
+                if code not in run_folder.FINAL_EXIT_CODES
+                else ""
+            )
             + f"; stopping the actors. Log: {learners.log_path}"
         )
     # After a normal finish the actors hear it from their learner and exit by themselves.

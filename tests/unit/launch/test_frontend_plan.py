@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from impala import run_folder
 from impala.launch import planning, tmux, workers_csv
 from tests.helpers import ROOT
 
@@ -80,7 +81,7 @@ def test_a_window_restarts_its_process_when_it_dies_at_most_so_many_times(tmp_pa
     assert "[frontend] actor_0 exited with code 139; not restarting it after 2 restarts" in log
 
 
-@pytest.mark.parametrize("final", [0, 2, 130])
+@pytest.mark.parametrize("final", run_folder.FINAL_EXIT_CODES)
 def test_a_window_does_not_restart_a_process_that_finished_refused_or_was_stopped(tmp_path, final):
     code, log = _run_supervised(tmp_path, [137, final, 1])
     assert code == final

@@ -12,6 +12,7 @@ import pytest
 from absl.testing import flagsaver
 
 from impala import flags as impala_flags
+from impala import run_folder
 from impala.launch import planning, single_host
 from tests.helpers import ROOT
 
@@ -220,3 +221,10 @@ def test_run_local_refuses_a_bad_job_flag_in_one_line_before_starting_or_writing
     ]
     assert completed.stdout == ""
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("code", run_folder.FINAL_EXIT_CODES)
+def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopped(code):
+    role = single_host._Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
+    assert not role.schedule_restart(code) and role.given_up
+    assert single_host._Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
