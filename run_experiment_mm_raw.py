@@ -59,6 +59,19 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "restart_max_delay_secs", 30, "The longest wait before restarting a process that died."
 )
+flags.DEFINE_string(
+    "docker_image",
+    "",
+    "Run every process in a container of this image (docker/Dockerfile; it must be on every "
+    "host) instead of the CSV's python: host networking, the host's run folder mounted at its "
+    "own path, the host user's uid. Learners must then be on one host. Empty: bare processes.",
+)
+flags.DEFINE_string(
+    "container_runtime",
+    "docker",
+    "The command that runs containers on the hosts, with any options of its own, e.g. podman "
+    "or 'podman --runtime runc'.",
+)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -91,6 +104,13 @@ def local_secret(run_name: str) -> str:
     return secret
 
 
+def containers_from_flags() -> planning.Containers | None:
+    """The containers every process runs in (--docker_image), or None for bare processes."""
+    if not FLAGS.docker_image:
+        return None
+    return planning.Containers(FLAGS.docker_image, tuple(FLAGS.container_runtime.split()))
+
+
 def print_plan(plans: list[planning.HostPlan]) -> None:
     for plan in plans:
         how = (
@@ -98,7 +118,8 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
             if plan.local
             else (f"ssh {plan.worker.ssh_user}@{plan.host}:{plan.worker.ssh_port}")
         )
-        print(f"# {plan.host} ({how}), tmux session {plan.session}")
+        where = f", containers of {plan.containers.image}" if plan.containers else ""
+        print(f"# {plan.host} ({how}), tmux session {plan.session}{where}")
         for path in plan.secret_paths:
             print(f"write {path}: the run secret (owner-only; not shown)")
         for path, content in plan.files:
@@ -141,6 +162,7 @@ def main(argv: list[str]) -> int:
             restarts=planning.Restarts(
                 FLAGS.max_actor_restarts, FLAGS.max_learner_restarts, FLAGS.restart_max_delay_secs
             ),
+            containers=containers_from_flags(),
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

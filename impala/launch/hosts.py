@@ -18,6 +18,7 @@ import paramiko
 
 from impala import run_secret
 from impala.launch import planning
+from impala.launch.planning import fail_with
 from impala.launch.tmux import (
     parse_status,
     stop_learners_command,
@@ -248,7 +249,7 @@ def start_run(plans: list[planning.HostPlan], ssh: SshOptions, secret: str) -> i
             )
     except HostError:
         for host, plan in started:
-            _stop_session(host, plan.session, timeout=10.0)
+            _stop_session(host, plan, timeout=10.0)
         raise
     finally:
         for host in connected:
@@ -270,22 +271,33 @@ def _preflight(host: Host, plan: planning.HostPlan) -> None:
             f"{host.name}: tmux session {plan.session} exists already: a run of this name is "
             "running (stop it with --action=stop, or choose another --run_name)"
         )
+    if plan.containers:
+        code, output = host.shell(plan.containers.check_command())
+        if code != 0:
+            lines = output.strip().splitlines() or [f"exit {code}"]
+            raise HostError(f"{host.name}: {lines[-1]}")
     for worker in plan.workers:
-        code, output = host.shell(_check_worker_command(worker))
+        code, output = host.shell(_check_worker_command(worker, plan.containers is None))
         if code != 0:
             lines = output.strip().splitlines() or [f"exit {code}"]
             raise HostError(f"{host.name} ({worker.name}, CSV line {worker.line}): {lines[-1]}")
 
 
-def _check_worker_command(worker) -> str:
+def _check_worker_command(worker, bare: bool = True) -> str:
     """A shell command that fails with one line naming what is missing or busy. Every value from
-    the CSV is quoted: in the tests, in the messages echoed and in the Python probe."""
+    the CSV is quoted: in the tests, in the messages echoed and in the Python probe.
+
+    Args:
+      bare: the process runs on the host, not in a container: its python must be there.
+    """
     workdir, python = shlex.quote(worker.workdir), shlex.quote(worker.python)
-    checks = [
-        f"test -d {workdir} || {_fail_with(f'workdir {worker.workdir} does not exist')}",
+    checks = [f"test -d {workdir} || {fail_with(f'workdir {worker.workdir} does not exist')}"]
+    if not bare:  # the image has the project and its python; the workdir holds the run folder
+        return checks[0]
+    checks.append(
         f"test -x {python} || "
-        + _fail_with(f"python {worker.python} is not an executable (run make setup there)"),
-    ]
+        + fail_with(f"python {worker.python} is not an executable (run make setup there)")
+    )
     if worker.job == "learner":
         where = f"tf_port {worker.tf_port} on {worker.host}: "
         probe = (
@@ -296,12 +308,6 @@ def _check_worker_command(worker) -> str:
         )
         checks.append(f"{python} -c {shlex.quote(probe)}")
     return " && ".join(checks)
-
-
-def _fail_with(message: str) -> str:
-    """Shell: print `message` (quoted: it may hold anything the CSV holds) and exit 1. printf,
-    not echo: some shells' echo reads backslashes in it as escapes."""
-    return f"{{ printf '%s\\n' {shlex.quote(message)}; exit 1; }}"
 
 
 def print_status(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
@@ -361,7 +367,7 @@ def stop_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
             failures.append(str(error))
             continue
         try:
-            stopped = _stop_session(host, plan.session, timeout=30.0)
+            stopped = _stop_session(host, plan, timeout=30.0)
             print(
                 f"{plan.host}: {'stopped' if stopped else 'nothing running in'} "
                 f"tmux session {plan.session}"
@@ -373,16 +379,24 @@ def stop_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
     return 0
 
 
-def _stop_session(host: Host, session: str, timeout: float) -> bool:
+def _stop_session(host: Host, plan: planning.HostPlan, timeout: float) -> bool:
     """Stops the learners (SIGUSR1 to mpirun) and Ctrl-C to the other windows; waits, then
-    removes the session."""
+    removes the session, and the run's containers if it runs in containers."""
+    session, containers = plan.session, plan.containers
     if host.tmux(tmux_has_session(session))[0] != 0:
+        if containers:  # a session killed by hand may leave its containers running
+            host.shell(containers.remove_command(session))
         return False
+    stop_learners = (
+        containers.signal_command(session, planning.LEARNERS_WINDOW, "USR1")
+        if containers
+        else stop_learners_command(session)
+    )
     code, listing = host.tmux(tmux_list_windows(session))
     for name, alive, _ in parse_status(listing):
         if not alive:
             continue
-        if name != planning.LEARNERS_WINDOW or host.shell(stop_learners_command(session))[0]:
+        if name != planning.LEARNERS_WINDOW or host.shell(stop_learners)[0]:
             host.tmux(tmux_interrupt(session, name))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -391,4 +405,6 @@ def _stop_session(host: Host, session: str, timeout: float) -> bool:
             break
         time.sleep(0.5)
     host.tmux(tmux_kill_session(session))
+    if containers:
+        host.shell(containers.remove_command(session))
     return True

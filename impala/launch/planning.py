@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -164,6 +165,7 @@ class HostPlan:
       files: files to write on the host before starting (path -> content).
       secret_paths: where the run secret goes on the host (owner-only): the run folder of each
         workdir its processes run in, where they read it by default.
+      containers: the image its processes run in, if they run in containers.
     """
 
     worker: Worker
@@ -173,6 +175,7 @@ class HostPlan:
     windows: tuple[Window, ...]
     files: tuple[tuple[str, str], ...] = ()
     secret_paths: tuple[str, ...] = ()
+    containers: Containers | None = None
 
     @property
     def host(self) -> str:
@@ -206,6 +209,84 @@ class Restarts:
     max_delay_secs: int = 30
 
 
+# Inside the image (docker/Dockerfile): the project's folder, and its interpreter on PATH.
+IMAGE_WORKDIR = "/opt/impala"
+IMAGE_PYTHON = "python"
+# Every container of a run carries this label, with the run's session name: stop finds them by it.
+CONTAINER_LABEL = "impala.run"
+
+_IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+_RUNTIME_WORD = re.compile(r"[A-Za-z0-9/-][A-Za-z0-9._/=:-]{0,254}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Containers:
+    """Every process of the run in a container of `image` (docker/Dockerfile) instead of the
+    CSV's python: host networking, the host's run folder mounted at its own path, the host
+    user's uid, started by `runtime` (`docker`, or `podman`, with its options).
+
+    Raises:
+      ValueError: an image reference or runtime word that is not one (they go on command lines).
+    """
+
+    image: str
+    runtime: tuple[str, ...] = ("docker",)
+
+    def __post_init__(self):
+        if not _IMAGE_REFERENCE.fullmatch(self.image):
+            raise ValueError(f"--docker_image={self.image!r}: not an image reference")
+        words = self.runtime
+        if not words or words[0].startswith("-") or not all(map(_RUNTIME_WORD.fullmatch, words)):
+            raise ValueError(
+                f"--container_runtime={' '.join(self.runtime)!r}: give a command such as docker "
+                "or 'podman --runtime runc' (letters, digits and ._/=:- only)"
+            )
+
+    def name(self, session: str, window: str) -> str:
+        """The container of `window`: named, so that a restart can remove a leftover one."""
+        return f"{session}-{window}"
+
+    def run_line(self, session, window, mounts, env, argv, gpus=False) -> str:
+        """The shell line that runs `argv` in a container of the window, removing a container
+        of the same name left by a process that was killed first."""
+        name = self.name(session, window)
+        before = [*self.runtime, "run", "--rm", "--init", "--name", name]
+        before += ["--label", f"{CONTAINER_LABEL}={session}", "--network=host"]
+        after = [arg for path in dict.fromkeys(mounts) for arg in ("-v", f"{path}:{path}")]
+        after += [arg for item in env for arg in ("-e", item)]
+        after += [*(["--gpus", "all"] if gpus else []), self.image, *argv]
+        return (
+            f"{shell_line([*self.runtime, 'rm', '-f', name])} >/dev/null 2>&1; "
+            f'{shell_line(before)} --user "$(id -u):$(id -g)" {shell_line(after)}'
+        )
+
+    def signal_command(self, session: str, window: str, signal: str) -> str:
+        return shell_line([*self.runtime, "kill", "--signal", signal, self.name(session, window)])
+
+    def remove_command(self, session: str) -> str:
+        """Removes every container of the run on a host, running or not."""
+        runtime = shell_line(self.runtime)
+        label = shlex.quote(f"label={CONTAINER_LABEL}={session}")
+        return f"{runtime} ps -aq --filter {label} | xargs -r {runtime} rm -f >/dev/null"
+
+    def check_command(self) -> str:
+        """Shell: fails with one line unless the runtime runs and has the image."""
+        runtime, image = shell_line(self.runtime), shlex.quote(self.image)
+        return (
+            f"command -v {shlex.quote(self.runtime[0])} >/dev/null || "
+            + fail_with(f"{self.runtime[0]} not found (--container_runtime)")
+            + f" && {{ {runtime} image inspect {image} >/dev/null 2>&1 || "
+            + fail_with(f"no image {self.image} here: build or load it (docker/README.md)")
+            + "; }"
+        )
+
+
+def fail_with(message: str) -> str:
+    """Shell: print `message` (quoted: it may hold anything the CSV holds) and exit 1. printf,
+    not echo: some shells' echo reads backslashes in it as escapes."""
+    return f"{{ printf '%s\\n' {shlex.quote(message)}; exit 1; }}"
+
+
 def plan_run(
     workers: Sequence[Worker],
     flags: Sequence[str],
@@ -215,6 +296,7 @@ def plan_run(
     accept_unknown_host_keys: bool = False,
     known_hosts: str = "~/.ssh/known_hosts",
     restarts: Restarts = Restarts(),
+    containers: Containers | None = None,
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -224,6 +306,13 @@ def plan_run(
     run folder `<logdir>/<run_name>` (relative to each host's workdir unless absolute) for its
     log; learners keep the run's checkpoints and summaries there. Each window starts its process
     again when it dies (`restarts`): the learners resume from the latest checkpoint.
+
+    With `containers`, each window runs its process in a container of the image instead (the
+    learners: their mpirun, in one container on the first learner host), with the run folder
+    at the same path inside as on the host.
+
+    Raises:
+      ValueError: something of the run that cannot be planned (see the messages).
     """
     learners = learner_ranks(workers)
     actors = [w for w in workers if w.job == "actor"]
@@ -234,6 +323,12 @@ def plan_run(
     windows: dict[str, list[Window]] = {}
     files: dict[str, list[tuple[str, str]]] = {}
     first = learners[0]
+    if containers and any(w.host != first.host for w in learners):
+        raise ValueError(
+            "--docker_image: the frontend starts learners in containers on one host only (all "
+            "learner rows on one host); for learners on several hosts, start their containers "
+            "as docker/README.md shows"
+        )
 
     ssh_config_path = posixpath.join(first.workdir, log_dir, "ssh_config")
     mpirun_extra = []
@@ -261,7 +356,19 @@ def plan_run(
         files.setdefault(first.host, []).append(
             (ssh_config_path, ssh_config(unique_hosts, accept_unknown_host_keys, known_hosts))
         )
-    learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
+    if containers:
+        learner_line = _learners_in_container(
+            containers,
+            session_name(run_name, first.host),
+            learners,
+            learner_hosts,
+            actor_hosts,
+            flags,
+            logdir,
+            log_dir,
+        )
+    else:
+        learner_line = _mpmd_mpirun(learners, learner_hosts, actor_hosts, run_flags, mpirun_extra)
     windows.setdefault(first.host, []).append(
         Window(
             LEARNERS_WINDOW,
@@ -276,10 +383,28 @@ def plan_run(
         )
     )
     for actor in actors:
-        argv = actor_command(
-            actor.python, "experiment.py", actor.task, learner_hosts, actor_hosts, run_flags
-        )
-        line = shell_line(["env", f"CUDA_VISIBLE_DEVICES={actor.cuda_visible_devices}", *argv])
+        if containers:
+            argv = actor_command(
+                IMAGE_PYTHON,
+                "experiment.py",
+                actor.task,
+                learner_hosts,
+                actor_hosts,
+                [*flags, *_container_run_folder(actor, logdir, run_name)],
+            )
+            line = containers.run_line(
+                session_name(run_name, actor.host),
+                actor.name,
+                [posixpath.join(actor.workdir, log_dir)],
+                ["PYTHONUNBUFFERED=1", f"CUDA_VISIBLE_DEVICES={actor.cuda_visible_devices}"],
+                argv,
+                gpus=bool(actor.cuda_visible_devices),
+            )
+        else:
+            argv = actor_command(
+                actor.python, "experiment.py", actor.task, learner_hosts, actor_hosts, run_flags
+            )
+            line = shell_line(["env", f"CUDA_VISIBLE_DEVICES={actor.cuda_visible_devices}", *argv])
         windows.setdefault(actor.host, []).append(
             Window(
                 actor.name,
@@ -310,9 +435,53 @@ def plan_run(
                     posixpath.join(w.workdir, log_dir, run_secret.FILE_NAME) for w in by_host[host]
                 )
             ),
+            containers=containers,
         )
         for host, host_windows in windows.items()
     ]
+
+
+def _container_run_folder(worker: Worker, logdir: str, run_name: str) -> list[str]:
+    """The run folder flags of a process in a container: the host's run folder, at the same
+    path inside (the container's own folder is the image's, not the CSV's workdir)."""
+    return [f"--logdir={posixpath.join(worker.workdir, logdir)}", f"--experiment={run_name}"]
+
+
+def _learners_in_container(
+    containers, session, learners, learner_hosts, actor_hosts, flags, logdir, log_dir
+) -> str:
+    """The learners' mpirun, run in one container: every rank in it, so no SSH between ranks."""
+    run_name = posixpath.basename(log_dir)
+    contexts = []
+    for worker in learners:
+        command = learner_command(
+            IMAGE_PYTHON,
+            "experiment.py",
+            learner_hosts,
+            actor_hosts,
+            [*flags, *_container_run_folder(worker, logdir, run_name)],
+        )
+        contexts.append(
+            [
+                "-np",
+                "1",
+                "-wdir",
+                IMAGE_WORKDIR,
+                "-x",
+                f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}",
+                *command,
+            ]
+        )
+    mpirun = _mpirun(["localhost"] * len(learners), ["-x", "PYTHONUNBUFFERED=1"], contexts)
+    return containers.run_line(
+        session,
+        LEARNERS_WINDOW,
+        [posixpath.join(w.workdir, log_dir) for w in learners],
+        # Open MPI refuses root unless told: a container may run as root (rootful podman).
+        ["OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"],
+        mpirun,
+        gpus=any(w.cuda_visible_devices for w in learners),
+    )
 
 
 def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:

@@ -366,3 +366,141 @@ def test_a_dry_run_refuses_a_bad_job_flag_in_one_line(tmp_path):
         "run_experiment_mm_raw.py: error: --keep_checkpoints=0: must be at least 1"
     ]
     assert completed.stdout == ""
+
+
+# ---- --docker_image: every process in a container ---------------------------------------------
+
+ONE_LEARNER_HOST = f"""{HEADER}
+learner,n1,8001,22,alice,,0,/w,
+actor,n2,,2222,bob,,,/srv/w,
+learner,n1,8002,22,alice,,,/w,
+"""
+
+
+def _container_plan(tmp_path, runtime=("podman", "--runtime", "runc")):
+    path = tmp_path / "cluster.csv"
+    path.write_text(ONE_LEARNER_HOST)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    return planning.plan_run(
+        workers,
+        ["--batch_size=32"],
+        "cluster",
+        containers=planning.Containers("registry.example/impala:1.0", runtime),
+    )
+
+
+def _container_argv(window):
+    """(the container runtime's argv up to the image, what runs in the container) of a window
+    of a containers plan; checks the leftover container of that name is removed first."""
+    remove, run = _script(window).split(" && ", 2)[2].split("; ", 1)
+    name = f"impala_cluster_{'n1' if window.name == 'learners' else 'n2'}-{window.name}"
+    assert remove == f"podman --runtime runc rm -f {name} >/dev/null 2>&1"
+    argv = shlex.split(run.rsplit(" 2>&1 | tee -a ", 1)[0])
+    image = argv.index("registry.example/impala:1.0")
+    return argv[:image], argv[image + 1 :]
+
+
+def test_with_an_image_each_actor_runs_in_a_container_with_its_run_folder_at_its_own_path(
+    tmp_path,
+):
+    (_, n2) = _container_plan(tmp_path)
+    outside, inside = _container_argv(n2.windows[0])
+    assert outside == [
+        *("podman", "--runtime", "runc", "run", "--rm", "--init"),
+        *("--name", "impala_cluster_n2-actor_0", "--label", "impala.run=impala_cluster_n2"),
+        "--network=host",
+        *("--user", "$(id -u):$(id -g)"),  # expanded by the window's shell, on the host
+        *("-v", "/srv/w/runs/cluster:/srv/w/runs/cluster"),
+        *("-e", "PYTHONUNBUFFERED=1", "-e", "CUDA_VISIBLE_DEVICES="),
+    ]
+    assert inside == [
+        *("python", "-u", "experiment.py", "--job_name=actor", "--task=0"),
+        *("--learner_hosts=n1:8001,n1:8002", "--actor_hosts=n2", "--batch_size=32"),
+        *("--logdir=/srv/w/runs", "--experiment=cluster"),
+    ]
+    # The window still logs on the host, in the CSV's workdir, and the secret goes there.
+    assert _script(n2.windows[0]).startswith("cd /srv/w && mkdir -p runs/cluster && ")
+    assert n2.secret_paths == ("/srv/w/runs/cluster/secret",)
+
+
+def test_with_an_image_the_learners_mpirun_runs_every_rank_in_one_container(tmp_path):
+    (n1, _) = _container_plan(tmp_path)
+    outside, inside = _container_argv(n1.windows[0])
+    assert outside[outside.index("-v") :] == [
+        *("-v", "/w/runs/cluster:/w/runs/cluster"),  # one folder: both learners' workdir is /w
+        *("-e", "OMPI_ALLOW_RUN_AS_ROOT=1", "-e", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"),
+        *("--gpus", "all"),  # the first learner was given GPU 0
+    ]
+    learner = [
+        *("python", "-u", "experiment.py", "--job_name=learner"),
+        *("--learner_hosts=n1:8001,n1:8002", "--actor_hosts=n2", "--batch_size=32"),
+        *("--logdir=/w/runs", "--experiment=cluster"),
+    ]
+    assert inside == [
+        *("mpirun", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot"),
+        *("-x", "PYTHONUNBUFFERED=1"),
+        *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=0", *learner, ":"),
+        *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=", *learner),
+    ]
+
+
+def test_with_an_image_learners_on_several_hosts_are_refused_in_one_line(tmp_path):
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV)  # learners on n1 and n2
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    with pytest.raises(ValueError, match=r"--docker_image: .* on one host only"):
+        planning.plan_run(workers, [], "cluster", containers=planning.Containers("impala"))
+
+
+@pytest.mark.parametrize(
+    "image, runtime",
+    [
+        ("impala;touch x", ("docker",)),
+        ("-v/:/host", ("docker",)),
+        ("impala horovod", ("docker",)),
+        ("", ("docker",)),
+        ("impala", ()),
+        ("impala", ("--privileged",)),
+        ("impala", ("docker", "$(touch x)")),
+        ("impala", ("docker", "a b")),
+    ],
+)
+def test_an_image_or_runtime_that_would_not_be_one_word_is_refused(image, runtime):
+    with pytest.raises(ValueError, match=r"--docker_image|--container_runtime"):
+        planning.Containers(image, runtime)
+
+
+def test_stopping_a_containers_run_signals_its_learners_and_removes_its_containers():
+    containers = planning.Containers("impala", ("docker",))
+    assert containers.signal_command("impala_r_n1", "learners", "USR1") == (
+        "docker kill --signal USR1 impala_r_n1-learners"
+    )
+    assert containers.remove_command("impala_r_n1") == (
+        "docker ps -aq --filter label=impala.run=impala_r_n1 | xargs -r docker rm -f >/dev/null"
+    )
+
+
+def test_the_dry_run_shows_the_container_commands(tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "run_experiment_mm_raw.py",
+            "--workers_csv_path=sandbox/local_workers_example.csv",
+            f"--logdir={tmp_path}",
+            "--docker_image=impala-horovod",
+            "--container_runtime=podman --runtime runc",
+            "--dry_run",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "containers of impala-horovod" in completed.stdout
+    windows = [line for line in completed.stdout.splitlines() if line.startswith("window ")]
+    assert len(windows) == 3
+    assert all("podman --runtime runc run --rm --init" in line for line in windows)
+    assert not (tmp_path / "local_workers_example").exists()  # a dry run writes nothing
