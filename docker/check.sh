@@ -28,6 +28,8 @@
 #   RUN_TESTS          0 skips the fast tests in the build (default 1)
 #   HOROVOD_CACHE      podman only: this machine's built Horovod wheels, mounted into the build
 #                      (default: scripts/setup.sh's cache); empty: the image compiles its own
+#   NO_CACHE           1: build every layer anew (with HOROVOD_CACHE= : the whole set-up, the
+#                      Horovod compile included, as on a machine that never built the image)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -85,6 +87,7 @@ build() {
   local args=(build -f docker/Dockerfile -t "$IMAGE" --network=host)
   [[ -n ${BASE_IMAGE:-} ]] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
   args+=(--build-arg "RUN_TESTS=${RUN_TESTS:-1}")
+  [[ -n ${NO_CACHE:-} ]] && args+=(--no-cache)
   # The host's CA bundle, mounted beside the image's own (which its ca-certificates writes).
   local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
   if [[ -f $cert ]]; then

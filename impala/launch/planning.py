@@ -276,7 +276,10 @@ class Containers:
             f"command -v {shlex.quote(self.runtime[0])} >/dev/null || "
             + fail_with(f"{self.runtime[0]} not found (--container_runtime)")
             + f" && {{ {runtime} image inspect {image} >/dev/null 2>&1 || "
-            + fail_with(f"no image {self.image} here: build or load it (docker/README.md)")
+            + fail_with(
+                f"{self.runtime[0]} has no image {self.image} (or cannot reach its engine): "
+                "build or load it there (docker/README.md)"
+            )
             + "; }"
         )
 

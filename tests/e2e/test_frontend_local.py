@@ -261,3 +261,27 @@ def test_a_run_starts_and_stops_in_a_workdir_and_python_with_shell_characters(tm
     assert stopped.returncode == 0, stopped.stderr
     assert not marker.exists()
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize(
+    "runtime, error",
+    [
+        ("/nonexistent/docker", "localhost: /nonexistent/docker not found (--container_runtime)"),
+        # A runtime without the image: `false image inspect ...` fails as a runtime's would,
+        # whatever runtime this machine has.
+        ("false", "localhost: false has no image impala-absent:0 (or cannot reach its engine)"),
+    ],
+)
+def test_a_run_in_containers_checks_the_runtime_and_image_first_and_starts_nothing(
+    run_name, runtime, error
+):
+    started = run_frontend(
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--run_name={run_name}",
+        "--docker_image=impala-absent:0",
+        f"--container_runtime={runtime}",
+    )
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert _one_line_error(started).startswith(f"run_experiment_mm_raw.py: error: {error}")
+    sessions = subprocess.run(["tmux", "ls", "-F", "#S"], capture_output=True, text=True).stdout
+    assert run_name not in sessions
