@@ -64,7 +64,14 @@ flags.DEFINE_string(
     "",
     "Run every process in a container of this image (docker/Dockerfile; it must be on every "
     "host) instead of the CSV's python: host networking, the host's run folder mounted at its "
-    "own path, the host user's uid. Learners must then be on one host. Empty: bare processes.",
+    "own path, the host user's uid (see docker/README.md). Empty: bare processes.",
+)
+flags.DEFINE_integer(
+    "container_sshd_port",
+    2222,
+    "With --docker_image and learners on several hosts: the port of the SSH server that each "
+    "learner host but the first runs in a container, through which the first one's mpirun "
+    "starts the learners there (with keys made for the run).",
 )
 flags.DEFINE_string(
     "container_runtime",
@@ -108,7 +115,9 @@ def containers_from_flags() -> planning.Containers | None:
     """The containers every process runs in (--docker_image), or None for bare processes."""
     if not FLAGS.docker_image:
         return None
-    return planning.Containers(FLAGS.docker_image, tuple(FLAGS.container_runtime.split()))
+    return planning.Containers(
+        FLAGS.docker_image, tuple(FLAGS.container_runtime.split()), FLAGS.container_sshd_port
+    )
 
 
 def print_plan(plans: list[planning.HostPlan]) -> None:
@@ -122,6 +131,8 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
         print(f"# {plan.host} ({how}), tmux session {plan.session}{where}")
         for path in plan.secret_paths:
             print(f"write {path}: the run secret (owner-only; not shown)")
+        for path, name in plan.key_files:
+            print(f"write {path}: {planning.MPI_SSH_FILES[name]} (owner-only; made at start)")
         for path, content in plan.files:
             print(f"write {path}:")
             print("".join(f"    {line}\n" for line in content.splitlines()), end="")
@@ -179,7 +190,12 @@ def main(argv: list[str]) -> int:
     try:
         ssh = hosts.SshOptions(FLAGS.accept_unknown_host_keys, FLAGS.known_hosts)
         if FLAGS.action == "start":
-            return hosts.start_run(plans, ssh, local_secret(run_name))
+            secret = local_secret(run_name)
+            keys = None
+            if any(plan.key_files for plan in plans):
+                local_run = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
+                keys = hosts.run_ssh_keys(os.path.join(local_run, planning.MPI_SSH_DIR))
+            return hosts.start_run(plans, ssh, secret, keys)
         return {"status": hosts.print_status, "stop": hosts.stop_run}[FLAGS.action](plans, ssh)
     except (hosts.HostError, run_secret.SecretError) as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

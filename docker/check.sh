@@ -3,6 +3,7 @@
 #
 #   docker/check.sh                 # docker if its engine answers, else podman (see below)
 #   CONTAINER_RUNTIME=podman docker/check.sh
+#   docker/check.sh frontend-two-hosts    # some steps only (the image must exist without build)
 #
 # 1. builds docker/Dockerfile (the fast tests run in the build) and prints the image's help;
 # 2. trains Pong for a few thousand frames with `docker run`: one learner (mpirun) and two
@@ -11,7 +12,8 @@
 # 4. trains with two learners in two containers, as on two hosts: mpirun in the first reaches
 #    the second, an `sshd` container, over SSH;
 # 5. runs the same through the frontend (run_experiment_mm_raw.py --docker_image) with a local
-#    workers CSV: start, status, and stop, after which no container of the run is left.
+#    workers CSV: start, status, and stop, after which no container of the run is left; then
+#    with learners on two hosts (this one and 127.0.0.3, reached over SSH).
 # Exits non-zero, saying which step failed, if anything does.
 #
 # Where no Docker engine runs (as on Debian machines without one), podman with runc does, given:
@@ -208,6 +210,68 @@ learners_across_containers() {
   [[ -s $RUNS/$name/learner_1.json ]] || die "rank 1 (in the sshd container) left no report"
 }
 
+frontend_runtime() {  # the runtime as the frontend's windows run it, with this check's podman set-up
+  if [[ ${RT[0]} == podman && -n ${CONTAINERS_CONF:-} ]]; then
+    printf 'env CONTAINERS_CONF=%s %s' "$CONTAINERS_CONF" "${RT[*]}"
+  else
+    printf '%s' "${RT[*]}"
+  fi
+}
+
+frontend_learners_on_two_hosts() {
+  # Learners on this host (localhost) and on 127.0.0.3, which the frontend reaches over SSH
+  # (an sshd of this check's own) and where it starts an sshd container for mpirun.
+  local dir=$RUNS/host-ssh name=two-hosts ssh_port sshd_port csv runtime sshd
+  mkdir -m 700 "$dir"
+  ssh-keygen -q -t ed25519 -N '' -f "$dir/host_key"
+  ssh-keygen -q -t ed25519 -N '' -f "$dir/client_key"
+  cp "$dir/client_key.pub" "$dir/authorized_keys"
+  ssh_port=$(free_port)
+  sshd_port=$(free_port)
+  printf '%s\n' "Port $ssh_port" "ListenAddress 127.0.0.3" "HostKey $dir/host_key" \
+    "AuthorizedKeysFile $dir/authorized_keys" "PidFile $dir/sshd.pid" "StrictModes no" \
+    "UsePAM no" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
+    "PermitRootLogin prohibit-password" >"$dir/sshd_config"
+  [[ $EUID != 0 ]] || mkdir -p /run/sshd
+  /usr/sbin/sshd -D -e -f "$dir/sshd_config" 2>"$dir/sshd.log" &
+  sshd=$!
+  echo "[127.0.0.3]:$ssh_port $(cut -d' ' -f1,2 "$dir/host_key.pub")" >"$dir/known_hosts"
+  csv=$RUNS/two_hosts.csv
+  printf 'job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir\n' >"$csv"
+  printf 'learner,localhost,%s,22,,,,%s\n' "$(free_port)" "$RUNS" >>"$csv"
+  printf 'learner,127.0.0.3,%s,%s,%s,%s,,%s\n' "$(free_port)" "$ssh_port" "$(id -un)" \
+    "$dir/client_key" "$RUNS/host2" >>"$csv"
+  printf 'actor,localhost,,22,,,,%s\nactor,127.0.0.3,,%s,%s,%s,,%s\n' "$RUNS" "$ssh_port" \
+    "$(id -un)" "$dir/client_key" "$RUNS/host2" >>"$csv"
+  mkdir -p "$RUNS/host2"
+  runtime=$(frontend_runtime)
+  local frontend=(.venv/bin/python run_experiment_mm_raw.py --workers_csv_path="$csv"
+    --run_name="$name" --logdir=runs --docker_image="$IMAGE" --container_runtime="$runtime"
+    --container_sshd_port="$sshd_port" --known_hosts="$dir/known_hosts"
+    --level_name=PongNoFrameskip-v4 --num_envs_per_actor=4 --batch_size=4
+    --total_environment_frames=400000)
+  say "the frontend: learners in containers on two hosts, mpirun through an sshd container"
+  "${frontend[@]}" --dry_run | grep -E "^(# |window sshd|write .*mpi_ssh)" | cut -c1-150
+  "${frontend[@]}" --action=start || { kill "$sshd"; die "the two-host start"; }
+  local deadline=$((SECONDS + 300))
+  until grep -qs "frames/s" "$RUNS/runs/$name/learners.log"; do
+    if ((SECONDS >= deadline)); then
+      "${frontend[@]}" --action=stop; kill "$sshd"
+      tail -n 20 "$RUNS/runs/$name/learners.log" >&2; die "no progress from two hosts' learners"
+    fi
+    sleep 5
+  done
+  "${frontend[@]}" --action=status
+  "${frontend[@]}" --action=stop
+  kill "$sshd"
+  rm -rf "$ROOT/runs/$name"  # the frontend's own copy of the run's secret and keys
+  # rank 1 ran in the sshd container on "127.0.0.3": its report is in that host's run folder
+  [[ -s $RUNS/host2/runs/$name/learner_1.json ]] || die "rank 1 left no report on 127.0.0.3"
+  [[ ! -e $RUNS/runs/$name/learner_1.json ]] || die "rank 1 ran on the first host"
+  [[ -s $RUNS/runs/$name/checkpoints/checkpoint ]] || die "the stop saved no checkpoint"
+  [[ -z $("${RT[@]}" ps -aq --filter "label=impala.run") ]] || die "containers left after stop"
+}
+
 frontend_with_containers() {
   local port csv name=frontend runtime
   port=$(free_port)
@@ -215,7 +279,7 @@ frontend_with_containers() {
   printf 'job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir\n' >"$csv"
   printf 'learner,localhost,%s,22,,,,%s\n' "$port" "$RUNS" >>"$csv"
   printf 'actor,localhost,,22,,,,%s\nactor,localhost,,22,,,,%s\n' "$RUNS" "$RUNS" >>"$csv"
-  runtime="${RT[*]}"
+  runtime=$(frontend_runtime)
   local frontend=(.venv/bin/python run_experiment_mm_raw.py --workers_csv_path="$csv"
     --run_name="$name" --logdir="$RUNS/fruns" --docker_image="$IMAGE" --container_runtime="$runtime"
     --level_name=PongNoFrameskip-v4 --num_envs_per_actor=4 --batch_size=4
@@ -235,12 +299,25 @@ frontend_with_containers() {
   [[ -z $left ]] || die "containers left after stop: $left"
 }
 
+STEPS=(build docker-run two-learners frontend frontend-two-hosts)
+(($# == 0)) || STEPS=("$@")
+for step in "${STEPS[@]}"; do
+  case $step in
+    build | docker-run | two-learners | frontend | frontend-two-hosts) ;;
+    *) die "no step $step: the steps are build docker-run two-learners frontend frontend-two-hosts" ;;
+  esac
+done
 [[ -x .venv/bin/python ]] || die "run make setup first (the frontend runs from .venv here)"
 choose_runtime
-build
 RUNS=$(mktemp -d /tmp/impala-check.XXXXXX)
 say "run folders: $RUNS"
-train_with_docker_run
-learners_across_containers
-frontend_with_containers
-say "all checks passed ($IMAGE, ${RT[*]})"
+for step in "${STEPS[@]}"; do
+  case $step in
+    build) build ;;
+    docker-run) train_with_docker_run ;;
+    two-learners) learners_across_containers ;;
+    frontend) frontend_with_containers ;;
+    frontend-two-hosts) frontend_learners_on_two_hosts ;;
+  esac
+done
+say "all checks passed: ${STEPS[*]} ($IMAGE, ${RT[*]})"

@@ -6,6 +6,7 @@ run is one tmux session per host; stopping it stops that session's processes and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -58,7 +59,9 @@ class Host:
     def shell(self, command: str) -> tuple[int, str]:
         raise NotImplementedError
 
-    def write_file(self, path: str, content: str) -> None:
+    def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
+        """Writes `content` to `path`; `owner_only`: readable by its owner only from its first
+        byte, and put in place whole."""
         raise NotImplementedError
 
     def write_secret(self, path: str, secret: str) -> None:
@@ -90,10 +93,19 @@ class LocalHost(Host):
         done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
         return done.returncode, done.stdout + done.stderr
 
-    def write_file(self, path: str, content: str) -> None:
+    def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
+        if not owner_only:
+            with open(path, "w") as f:
+                f.write(content)
+            return
+        temporary = f"{path}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as f:
             f.write(content)
+        os.replace(temporary, path)
 
     def write_secret(self, path: str, secret: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -222,11 +234,18 @@ def _connect_all(plans, ssh: SshOptions) -> list[Host]:
 # ---- Actions -----------------------------------------------------------------------------------
 
 
-def start_run(plans: list[planning.HostPlan], ssh: SshOptions, secret: str) -> int:
+def start_run(
+    plans: list[planning.HostPlan],
+    ssh: SshOptions,
+    secret: str,
+    ssh_keys: RunSshKeys | None = None,
+) -> int:
     """Checks every host, then starts every window; on any failure, stops what it started.
 
-    Each host gets the run `secret` in its run folders (`HostPlan.secret_paths`) first.
+    Each host gets the run `secret` in its run folders (`HostPlan.secret_paths`) first, and
+    the run's SSH keys it needs (`HostPlan.key_files`, from `ssh_keys`).
     """
+    key_contents = _key_contents(plans, ssh_keys)
     connected = _connect_all(plans, ssh)
     started: list[tuple[Host, planning.HostPlan]] = []
     try:
@@ -235,6 +254,8 @@ def start_run(plans: list[planning.HostPlan], ssh: SshOptions, secret: str) -> i
         for host, plan in zip(connected, plans, strict=True):
             for path in plan.secret_paths:
                 host.write_secret(path, secret)
+            for path, name in plan.key_files:
+                host.write_file(path, key_contents[name], owner_only=True)
             for path, content in plan.files:
                 host.write_file(path, content)
             started.append((host, plan))
@@ -259,6 +280,56 @@ def start_run(plans: list[planning.HostPlan], ssh: SshOptions, secret: str) -> i
         f"attach on a host:  tmux attach -t {plans[0].session}"
     )
     return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSshKeys:
+    """The run's SSH keys for mpirun between learner containers: a key mpirun's ssh logs in
+    with, and the host key of the sshd containers (OpenSSH formats)."""
+
+    client_key: str
+    client_public: str
+    host_key: str
+    host_public: str
+
+
+def run_ssh_keys(directory: str) -> RunSshKeys:
+    """The run's SSH keys, kept in `directory` (owner-only; made with ssh-keygen the first time,
+    the same ones after)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for name in ("client", "host"):
+        key = os.path.join(directory, name)
+        if not os.path.exists(key):
+            done = subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "impala-run", "-f", key],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise HostError(f"ssh-keygen for {key} failed: {done.stderr.strip()}")
+
+    def read(name):
+        with open(os.path.join(directory, name)) as f:
+            return f.read()
+
+    return RunSshKeys(read("client"), read("client.pub"), read("host"), read("host.pub"))
+
+
+def _key_contents(plans, keys: RunSshKeys | None) -> dict[str, str]:
+    """What each file of `planning.MPI_SSH_FILES` holds for this run."""
+    if not any(plan.key_files for plan in plans):
+        return {}
+    if keys is None:
+        raise HostError("the run needs its SSH keys (learners in containers on several hosts)")
+    port = plans[0].containers.sshd_port
+    host_key = " ".join(keys.host_public.split()[:2])
+    servers = [p.host for p in plans if any(n == "host_key" for _, n in p.key_files)]
+    return {
+        "id_ed25519": keys.client_key,
+        "authorized_keys": keys.client_public,
+        "host_key": keys.host_key,
+        "known_hosts": "".join(f"[{host}]:{port} {host_key}\n" for host in servers),
+    }
 
 
 def _preflight(host: Host, plan: planning.HostPlan) -> None:
@@ -358,9 +429,17 @@ def _statuses(host: Host, plan: planning.HostPlan) -> list[WindowStatus]:
 
 
 def stop_run(plans: list[planning.HostPlan], ssh: SshOptions) -> int:
-    """Interrupts every window of the run on every host, then removes the sessions."""
+    """Interrupts every window of the run on every host, then removes the sessions.
+
+    The learners' host comes first, its session stopped (the learners saved and gone) before
+    any other: a learner on another host may run in that host's sshd container, which stopping
+    it first would kill before that learner saves.
+    """
     failures = []
-    for plan in plans:
+    learners_first = sorted(
+        plans, key=lambda p: all(w.name != planning.LEARNERS_WINDOW for w in p.windows)
+    )
+    for plan in learners_first:
         try:
             host = connect(plan, ssh)
         except HostError as error:

@@ -166,6 +166,8 @@ class HostPlan:
       secret_paths: where the run secret goes on the host (owner-only): the run folder of each
         workdir its processes run in, where they read it by default.
       containers: the image its processes run in, if they run in containers.
+      key_files: (path, name in `MPI_SSH_FILES`): the run's SSH keys the host gets (owner-only),
+        for mpirun between learner containers on several hosts.
     """
 
     worker: Worker
@@ -176,6 +178,7 @@ class HostPlan:
     files: tuple[tuple[str, str], ...] = ()
     secret_paths: tuple[str, ...] = ()
     containers: Containers | None = None
+    key_files: tuple[tuple[str, str], ...] = ()
 
     @property
     def host(self) -> str:
@@ -211,9 +214,21 @@ class Restarts:
 
 # Inside the image (docker/Dockerfile): the project's folder, and its interpreter on PATH.
 IMAGE_WORKDIR = "/opt/impala"
-IMAGE_PYTHON = "python"
+IMAGE_PYTHON = "/opt/impala/.venv/bin/python"
 # Every container of a run carries this label, with the run's session name: stop finds them by it.
 CONTAINER_LABEL = "impala.run"
+# The window of the SSH server (a container of the image) through which mpirun in the learners'
+# container on the first learner host starts the ranks of another learner host.
+SSHD_WINDOW = "sshd"
+# The run's SSH keys for that, made by the frontend when it starts the run, each in the
+# `MPI_SSH_DIR` folder of the run folder of the host that needs it (owner-only): name -> what.
+MPI_SSH_DIR = "mpi_ssh"
+MPI_SSH_FILES = {
+    "id_ed25519": "the run's SSH key, for mpirun's ssh",
+    "known_hosts": "the host key of the learner hosts' sshd containers",
+    "host_key": "the sshd container's host key",
+    "authorized_keys": "the public half of the run's SSH key, which the sshd container lets in",
+}
 
 _IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 _RUNTIME_WORD = re.compile(r"[A-Za-z0-9/-][A-Za-z0-9._/=:-]{0,254}")
@@ -231,8 +246,11 @@ class Containers:
 
     image: str
     runtime: tuple[str, ...] = ("docker",)
+    sshd_port: int = 2222
 
     def __post_init__(self):
+        if not 1 <= self.sshd_port <= 65535:
+            raise ValueError(f"--container_sshd_port={self.sshd_port}: not a port in 1-65535")
         if not _IMAGE_REFERENCE.fullmatch(self.image):
             raise ValueError(f"--docker_image={self.image!r}: not an image reference")
         words = self.runtime
@@ -312,7 +330,9 @@ def plan_run(
 
     With `containers`, each window runs its process in a container of the image instead (the
     learners: their mpirun, in one container on the first learner host), with the run folder
-    at the same path inside as on the host.
+    at the same path inside as on the host. Every other learner host then runs an SSH server in
+    a container (window `sshd`), through which that mpirun starts its ranks there, with the
+    run's own keys (`key_files`).
 
     Raises:
       ValueError: something of the run that cannot be planned (see the messages).
@@ -326,16 +346,26 @@ def plan_run(
     windows: dict[str, list[Window]] = {}
     files: dict[str, list[tuple[str, str]]] = {}
     first = learners[0]
-    if containers and any(w.host != first.host for w in learners):
-        raise ValueError(
-            "--docker_image: the frontend starts learners in containers on one host only (all "
-            "learner rows on one host); for learners on several hosts, start their containers "
-            "as docker/README.md shows"
-        )
+    key_files: dict[str, list[tuple[str, str]]] = {}
 
     ssh_config_path = posixpath.join(first.workdir, log_dir, "ssh_config")
     mpirun_extra = []
-    if any(w.host != first.host for w in learners):
+    if containers:
+        for host, line in _sshd_containers(containers, run_name, learners, log_dir, key_files):
+            windows.setdefault(host, []).append(
+                Window(
+                    SSHD_WINDOW,
+                    _in_workdir(
+                        next(w.workdir for w in learners if w.host == host),
+                        log_dir,
+                        line,
+                        SSHD_WINDOW,
+                        restarts.max_learner_restarts,
+                        restarts.max_delay_secs,
+                    ),
+                )
+            )
+    elif any(w.host != first.host for w in learners):
         # Every learner host, the first included: mpirun may not recognise the name it runs
         # under as itself. No tree spawn: only the first host has this config file. mpirun
         # splits plm_rsh_args at every space, quoted or not, so its ssh (started in mpirun's
@@ -439,6 +469,7 @@ def plan_run(
                 )
             ),
             containers=containers,
+            key_files=tuple(key_files.get(host, ())),
         )
         for host, host_windows in windows.items()
     ]
@@ -450,11 +481,73 @@ def _container_run_folder(worker: Worker, logdir: str, run_name: str) -> list[st
     return [f"--logdir={posixpath.join(worker.workdir, logdir)}", f"--experiment={run_name}"]
 
 
+def _mpi_ssh_dir(learners, host: str, log_dir: str) -> str:
+    """Where a learner host keeps the run's SSH keys: in the run folder of its first learner."""
+    workdir = next(w.workdir for w in learners if w.host == host)
+    return posixpath.join(workdir, log_dir, MPI_SSH_DIR)
+
+
+def _sshd_containers(containers, run_name, learners, log_dir, key_files):
+    """(host, shell line) of the SSH server container of each learner host but the first, and
+    the keys each learner host needs into `key_files`."""
+    hosts = list(dict.fromkeys(w.host for w in learners))
+    if len(hosts) == 1:
+        return []
+    first = _mpi_ssh_dir(learners, hosts[0], log_dir)
+    if any(c.isspace() for c in first):
+        raise ValueError(
+            f"{first}: learners in containers on several hosts need a run folder path without "
+            "spaces on the first learner host (mpirun splits its ssh options at spaces)"
+        )
+    key_files[hosts[0]] = [
+        (posixpath.join(first, name), name) for name in ("id_ed25519", "known_hosts")
+    ]
+    lines = []
+    for host in hosts[1:]:
+        keys = _mpi_ssh_dir(learners, host, log_dir)
+        key_files[host] = [
+            (posixpath.join(keys, name), name) for name in ("host_key", "authorized_keys")
+        ]
+        mounts = [posixpath.join(w.workdir, log_dir) for w in learners if w.host == host]
+        line = containers.run_line(
+            session_name(run_name, host),
+            SSHD_WINDOW,
+            mounts,
+            [],
+            ["sshd", str(containers.sshd_port), keys],
+        )
+        lines.append((host, line))
+    return lines
+
+
 def _learners_in_container(
     containers, session, learners, learner_hosts, actor_hosts, flags, logdir, log_dir
 ) -> str:
-    """The learners' mpirun, run in one container: every rank in it, so no SSH between ranks."""
+    """The learners' mpirun, run in one container on the first learner host, with that host's
+    ranks; it starts the other hosts' ranks over SSH in their sshd containers (after waiting
+    for those to listen), with the run's key."""
     run_name = posixpath.basename(log_dir)
+    first = learners[0].host
+    others = list(dict.fromkeys(w.host for w in learners if w.host != first))
+    options = ["-x", "PYTHONUNBUFFERED=1"]
+    wait = ""
+    if others:
+        keys = _mpi_ssh_dir(learners, first, log_dir)
+        port = containers.sshd_port
+        options += [
+            "--mca",
+            "plm_rsh_args",
+            f"-p {port} -i {keys}/id_ed25519 -o UserKnownHostsFile={keys}/known_hosts "
+            "-o StrictHostKeyChecking=yes -o BatchMode=yes -o IdentitiesOnly=yes",
+            "--mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+        ]
+        targets = " ".join(shlex.quote(f"{host}/{port}") for host in others)
+        wait = (
+            f"for target in {targets}; do for second in $(seq 120); do "
+            '(exec 3<>"/dev/tcp/$target") 2>/dev/null && break; sleep 1; done; done; '
+        )
     contexts = []
     for worker in learners:
         command = learner_command(
@@ -475,11 +568,14 @@ def _learners_in_container(
                 *command,
             ]
         )
-    mpirun = _mpirun(["localhost"] * len(learners), ["-x", "PYTHONUNBUFFERED=1"], contexts)
-    return containers.run_line(
+    # This host's ranks as localhost: mpirun may not recognise the CSV's name for it as itself,
+    # and it has no sshd container.
+    hosts = ["localhost" if w.host == first else w.host for w in learners]
+    mpirun = _mpirun(hosts, options, contexts)
+    return wait + containers.run_line(
         session,
         LEARNERS_WINDOW,
-        [posixpath.join(w.workdir, log_dir) for w in learners],
+        [posixpath.join(w.workdir, log_dir) for w in learners if w.host == first],
         # Open MPI refuses root unless told: a container may run as root (rootful podman).
         ["OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"],
         mpirun,

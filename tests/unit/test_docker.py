@@ -4,6 +4,7 @@ the stack with the set-up script `make test` runs, and the image's entry point w
 docker/check.sh builds the image and runs every role from containers (podman or Docker).
 """
 
+import getpass
 import os
 import re
 import shutil
@@ -135,7 +136,7 @@ def test_the_sshd_role_lets_in_the_key_it_was_given_and_no_other(tmp_path):
                         "-o",
                         "IdentitiesOnly=yes",
                     ),
-                    f"{os.environ.get('USER') or 'root'}@127.0.0.1",
+                    f"{getpass.getuser()}@127.0.0.1",
                     "echo in",
                 ],
                 capture_output=True,

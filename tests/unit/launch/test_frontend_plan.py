@@ -5,6 +5,7 @@ import dataclasses
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 
@@ -389,14 +390,14 @@ def _container_plan(tmp_path, runtime=("podman", "--runtime", "runc")):
     )
 
 
-def _container_argv(window):
+def _container_argv(window, runtime="podman --runtime runc", image="registry.example/impala:1.0"):
     """(the container runtime's argv up to the image, what runs in the container) of a window
     of a containers plan; checks the leftover container of that name is removed first."""
     remove, run = _script(window).split(" && ", 2)[2].split("; ", 1)
     name = f"impala_cluster_{'n1' if window.name == 'learners' else 'n2'}-{window.name}"
-    assert remove == f"podman --runtime runc rm -f {name} >/dev/null 2>&1"
+    assert remove == f"{runtime} rm -f {name} >/dev/null 2>&1"
     argv = shlex.split(run.rsplit(" 2>&1 | tee -a ", 1)[0])
-    image = argv.index("registry.example/impala:1.0")
+    image = argv.index(image)
     return argv[:image], argv[image + 1 :]
 
 
@@ -414,7 +415,7 @@ def test_with_an_image_each_actor_runs_in_a_container_with_its_run_folder_at_its
         *("-e", "PYTHONUNBUFFERED=1", "-e", "CUDA_VISIBLE_DEVICES="),
     ]
     assert inside == [
-        *("python", "-u", "experiment.py", "--job_name=actor", "--task=0"),
+        *("/opt/impala/.venv/bin/python", "-u", "experiment.py", "--job_name=actor", "--task=0"),
         *("--learner_hosts=n1:8001,n1:8002", "--actor_hosts=n2", "--batch_size=32"),
         *("--logdir=/srv/w/runs", "--experiment=cluster"),
     ]
@@ -432,7 +433,7 @@ def test_with_an_image_the_learners_mpirun_runs_every_rank_in_one_container(tmp_
         *("--gpus", "all"),  # the first learner was given GPU 0
     ]
     learner = [
-        *("python", "-u", "experiment.py", "--job_name=learner"),
+        *("/opt/impala/.venv/bin/python", "-u", "experiment.py", "--job_name=learner"),
         *("--learner_hosts=n1:8001,n1:8002", "--actor_hosts=n2", "--batch_size=32"),
         *("--logdir=/w/runs", "--experiment=cluster"),
     ]
@@ -444,12 +445,60 @@ def test_with_an_image_the_learners_mpirun_runs_every_rank_in_one_container(tmp_
     ]
 
 
-def test_with_an_image_learners_on_several_hosts_are_refused_in_one_line(tmp_path):
+def test_with_an_image_learners_on_other_hosts_start_through_an_sshd_container_there(tmp_path):
     path = tmp_path / "cluster.csv"
-    path.write_text(CSV)  # learners on n1 and n2
+    path.write_text(CSV)  # learners: two on n1 (workdir /w), one on n2 (workdir /w)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    with pytest.raises(ValueError, match=r"--docker_image: .* on one host only"):
-        planning.plan_run(workers, [], "cluster", containers=planning.Containers("impala"))
+    containers = planning.Containers("impala", ("docker",), sshd_port=2200)
+    n1, n2 = planning.plan_run(workers, [], "cluster", containers=containers)
+    # n2's sshd starts first (its plan first, its window first): mpirun on n1 then waits for it.
+    assert (n1.host, n2.host) == ("n2", "n1")
+    n1, n2 = n2, n1
+    assert [w.name for w in n2.windows] == ["sshd", "actor_0"]
+    outside, inside = _container_argv(n2.windows[0], runtime="docker", image="impala")
+    assert "-v" in outside and "/w/runs/cluster:/w/runs/cluster" in outside
+    assert inside == ["sshd", "2200", "/w/runs/cluster/mpi_ssh"]
+    assert n2.key_files == (
+        ("/w/runs/cluster/mpi_ssh/host_key", "host_key"),
+        ("/w/runs/cluster/mpi_ssh/authorized_keys", "authorized_keys"),
+    )
+    assert n1.key_files == (
+        ("/w/runs/cluster/mpi_ssh/id_ed25519", "id_ed25519"),
+        ("/w/runs/cluster/mpi_ssh/known_hosts", "known_hosts"),
+    )
+    script = _script(n1.windows[0])
+    wait, run = script.split("; docker rm -f ", 1)
+    assert wait.endswith(
+        'for target in n2/2200; do for second in $(seq 120); do (exec 3<>"/dev/tcp/$target") '
+        "2>/dev/null && break; sleep 1; done; done"
+    )
+    argv = shlex.split(run.split(" impala ", 1)[1].rsplit(" 2>&1 | tee -a ", 1)[0])
+    assert argv[:16] == [
+        *("mpirun", "-H", "localhost:2,n2:1", "--bind-to", "none", "--map-by", "slot"),
+        *("-x", "PYTHONUNBUFFERED=1", "--mca", "plm_rsh_args"),
+        "-p 2200 -i /w/runs/cluster/mpi_ssh/id_ed25519 -o UserKnownHostsFile="
+        "/w/runs/cluster/mpi_ssh/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes "
+        "-o IdentitiesOnly=yes",
+        *("--mca", "plm_rsh_no_tree_spawn", "1", "-np"),
+    ]
+    assert not n1.files  # no ssh_config for a bare mpirun
+
+
+def test_the_run_ssh_keys_go_where_the_plan_says_with_a_known_hosts_line_per_sshd(tmp_path):
+    from impala.launch import hosts
+
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    containers = planning.Containers("impala", ("docker",), sshd_port=2200)
+    plans = planning.plan_run(workers, [], "cluster", containers=containers)
+    keys = hosts.run_ssh_keys(str(tmp_path / "keys"))
+    assert keys == hosts.run_ssh_keys(str(tmp_path / "keys"))  # made once, then the same
+    assert stat.S_IMODE(os.stat(tmp_path / "keys" / "client").st_mode) == 0o600
+    contents = hosts._key_contents(plans, keys)
+    assert contents["known_hosts"] == f"[n2]:2200 {' '.join(keys.host_public.split()[:2])}\n"
+    assert contents["authorized_keys"] == keys.client_public
+    assert "PRIVATE KEY" in contents["id_ed25519"] and "PRIVATE KEY" in contents["host_key"]
 
 
 @pytest.mark.parametrize(
