@@ -64,7 +64,8 @@ flags.DEFINE_string(
     "",
     "Run every process in a container of this image (docker/Dockerfile; it must be on every "
     "host) instead of the CSV's python: host networking, the host's run folder mounted at its "
-    "own path, the host user's uid (see docker/README.md). Empty: bare processes.",
+    "own path, the host user's uid (see docker/README.md). Give --action=status and stop the "
+    "same. Empty: bare processes.",
 )
 flags.DEFINE_integer(
     "container_sshd_port",

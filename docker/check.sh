@@ -90,13 +90,16 @@ build() {
   [[ -n ${BASE_IMAGE:-} ]] && args+=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
   args+=(--build-arg "RUN_TESTS=${RUN_TESTS:-1}")
   [[ -n ${NO_CACHE:-} ]] && args+=(--no-cache)
-  # The host's CA bundle, mounted beside the image's own (which its ca-certificates writes).
-  local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
-  if [[ -f $cert ]]; then
-    args+=(--build-arg "PIP_CERT=/run/host-certs/$(basename "$cert")")
-    args+=(-v "$(dirname "$(realpath "$cert")"):/run/host-certs:ro")
+  if [[ ${RT[0]} == podman ]]; then
+    args+=(--format docker)  # OCI images drop SHELL
+    # The host's CA bundle (where a proxy re-signs TLS), mounted beside the image's own, which
+    # its ca-certificates writes. `docker build` mounts nothing: pip uses its own bundle there.
+    local cert=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+    if [[ -f $cert ]]; then
+      args+=(--build-arg "PIP_CERT=/run/host-certs/$(basename "$cert")")
+      args+=(-v "$(dirname "$(realpath "$cert")"):/run/host-certs:ro")
+    fi
   fi
-  [[ ${RT[0]} == podman ]] && args+=(--format docker)  # OCI images drop SHELL
   # With podman, the build can use this machine's cache of built Horovod wheels (the one
   # scripts/setup.sh keeps, keyed by every version that matters): a rebuild of the stack then
   # skips the compile. HOROVOD_CACHE= (empty) makes the image compile its own.
@@ -110,8 +113,10 @@ build() {
   "${RT[@]}" "${args[@]}" . || die "the image did not build"
   say "built in $((SECONDS - start)) s: $("${RT[@]}" image inspect --format '{{.Size}}' "$IMAGE" \
     | awk '{printf "%.2f GB", $1 / 1e9}')"
-  "${RT[@]}" run --rm "$IMAGE" | grep -q "every role of a run" || die "the image's help"
-  "${RT[@]}" run --rm "$IMAGE" | head -n 3
+  local help
+  help=$("${RT[@]}" run --rm "$IMAGE")
+  [[ $help == *"every role of a run"* ]] || die "the image's help"
+  head -n 3 <<<"$help"
 }
 
 remove() {  # remove NAME...: the containers, running or not, if they exist
@@ -309,6 +314,9 @@ for step in "${STEPS[@]}"; do
 done
 [[ -x .venv/bin/python ]] || die "run make setup first (the frontend runs from .venv here)"
 choose_runtime
+# Whatever step fails, no container of the check is left running.
+trap 'remove impala-check-learner impala-check-learners impala-check-sshd \
+  impala-check-actor-0 impala-check-actor-1' EXIT
 RUNS=$(mktemp -d /tmp/impala-check.XXXXXX)
 say "run folders: $RUNS"
 for step in "${STEPS[@]}"; do

@@ -8,11 +8,12 @@ set -euo pipefail
 
 # A container may run under any uid (`docker run --user "$(id -u):$(id -g)"`, so that files in
 # the run folder belong to the user who owns it on the host). mpirun and sshd need that uid to
-# have a name: nss_wrapper gives it one, from a copy of /etc/passwd with a line added.
+# have a name: nss_wrapper gives it one (u<uid>, the same on every host for the same uid), from
+# a copy of /etc/passwd with a line added.
 if ! whoami >/dev/null 2>&1; then
   passwd=$(mktemp /tmp/passwd.XXXXXX)
   cat /etc/passwd >"$passwd"
-  printf 'impala:x:%s:%s:impala:/tmp:/bin/bash\n' "$(id -u)" "$(id -g)" >>"$passwd"
+  printf 'u%s:x:%s:%s::/tmp:/bin/bash\n' "$(id -u)" "$(id -u)" "$(id -g)" >>"$passwd"
   export NSS_WRAPPER_PASSWD=$passwd NSS_WRAPPER_GROUP=/etc/group
   export LD_PRELOAD=libnss_wrapper.so${LD_PRELOAD:+:$LD_PRELOAD}
 fi
@@ -39,7 +40,7 @@ and use host networking (--network=host). docker/README.md in the repository has
 TEXT
 }
 
-sshd_role() {  # sshd PORT DIR: the user's own sshd, key login as this user only
+sshd_role() {  # sshd PORT DIR: the user's own sshd, key login as this user only, no forwarding
   local port=${1:?sshd needs a PORT} dir=${2:?sshd needs a DIR with host_key and authorized_keys}
   [[ $port =~ ^[0-9]+$ ]] && ((port >= 1 && port <= 65535)) || {
     echo "sshd: PORT=$port: not a port in 1-65535" >&2; exit 2; }
@@ -52,8 +53,8 @@ sshd_role() {  # sshd PORT DIR: the user's own sshd, key login as this user only
   exec /usr/sbin/sshd -D -e -f /dev/null -p "$port" -h "$dir/host_key" \
     -o AuthorizedKeysFile="$dir/authorized_keys" -o PasswordAuthentication=no \
     -o KbdInteractiveAuthentication=no -o PermitRootLogin=prohibit-password -o UsePAM=no \
-    -o PidFile=none -o StrictModes=no -o PermitUserEnvironment=no -o AllowTcpForwarding=no \
-    -o X11Forwarding=no -o AllowAgentForwarding=no -o PrintMotd=no
+    -o AllowUsers="$(id -un)" -o PidFile=none -o StrictModes=no -o PermitUserEnvironment=no \
+    -o DisableForwarding=yes -o PermitTunnel=no -o PrintMotd=no
 }
 
 case ${1:-help} in

@@ -23,8 +23,9 @@ PY=$VENV/bin/python
 PYTHON=${PYTHON:-python3}
 CACHE_DIR=${IMPALA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/impala-horovod}
 TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu}
+# libnss-wrapper: the Docker image's entry point names a uid the image does not know with it.
 APT_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev tmux openssh-client openssh-server
-              procps)
+              procps libnss-wrapper)
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }

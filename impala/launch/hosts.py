@@ -300,11 +300,16 @@ def run_ssh_keys(directory: str) -> RunSshKeys:
     for name in ("client", "host"):
         key = os.path.join(directory, name)
         if not os.path.exists(key):
-            done = subprocess.run(
-                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "impala-run", "-f", key],
-                capture_output=True,
-                text=True,
-            )
+            try:
+                done = subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "impala-run", "-f", key],
+                    capture_output=True,
+                    text=True,
+                )
+            except FileNotFoundError:
+                raise HostError(
+                    "ssh-keygen not found here: the run's SSH keys need it (openssh-client)"
+                ) from None
             if done.returncode != 0:
                 raise HostError(f"ssh-keygen for {key} failed: {done.stderr.strip()}")
 
@@ -326,7 +331,8 @@ def _key_contents(plans, keys: RunSshKeys | None) -> dict[str, str]:
     servers = [p.host for p in plans if any(n == "host_key" for _, n in p.key_files)]
     return {
         "id_ed25519": keys.client_key,
-        "authorized_keys": keys.client_public,
+        # restrict: no forwarding, no pty, no ~/.ssh/rc; commands (mpirun's orted) only.
+        "authorized_keys": f"restrict {keys.client_public}",
         "host_key": keys.host_key,
         "known_hosts": "".join(f"[{host}]:{port} {host_key}\n" for host in servers),
     }

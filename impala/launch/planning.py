@@ -268,6 +268,12 @@ class Containers:
         """The shell line that runs `argv` in a container of the window, removing a container
         of the same name left by a process that was killed first."""
         name = self.name(session, window)
+        for path in mounts:
+            if ":" in path or not path.isprintable():
+                raise ValueError(
+                    f"{path}: a run folder of a run in containers cannot hold ':' or control "
+                    "characters (it is mounted with -v path:path)"
+                )
         before = [*self.runtime, "run", "--rm", "--init", "--name", name]
         before += ["--label", f"{CONTAINER_LABEL}={session}", "--network=host"]
         after = [arg for path in dict.fromkeys(mounts) for arg in ("-v", f"{path}:{path}")]
@@ -505,16 +511,23 @@ def _sshd_containers(containers, run_name, learners, log_dir, key_files):
     lines = []
     for host in hosts[1:]:
         keys = _mpi_ssh_dir(learners, host, log_dir)
+        if any(c.isspace() or c == "%" for c in keys):
+            raise ValueError(
+                f"{keys}: the run folder of learners in containers on {host} cannot hold spaces "
+                "or '%' (their sshd reads its key files from there)"
+            )
         key_files[host] = [
             (posixpath.join(keys, name), name) for name in ("host_key", "authorized_keys")
         ]
-        mounts = [posixpath.join(w.workdir, log_dir) for w in learners if w.host == host]
+        here = [w for w in learners if w.host == host]
         line = containers.run_line(
             session_name(run_name, host),
             SSHD_WINDOW,
-            mounts,
+            [posixpath.join(w.workdir, log_dir) for w in here],
             [],
             ["sshd", str(containers.sshd_port), keys],
+            # The learners of this host run in this container: their GPUs go in here.
+            gpus=any(w.cuda_visible_devices for w in here),
         )
         lines.append((host, line))
     return lines

@@ -6,11 +6,13 @@ docker/check.sh builds the image and runs every role from containers (podman or 
 
 import getpass
 import os
+import pathlib
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -103,10 +105,24 @@ def _free_port():
         return s.getsockname()[1]
 
 
+# A uid no account has, as a container run with --user "$(id -u):$(id -g)" on a host whose user
+# the image does not know: the entry point names it u<uid> (nss_wrapper), on every host alike.
+STRANGER_UID = 4242
+
+
 @pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="make setup installs sshd")
-def test_the_sshd_role_lets_in_the_key_it_was_given_and_no_other(tmp_path):
+@pytest.mark.parametrize("uid", [None, STRANGER_UID], ids=["this_user", "an_unknown_uid"])
+def test_the_sshd_role_lets_in_the_key_it_was_given_and_no_other(tmp_path, request, uid):
     """What mpirun in the first learner container needs from the others: a real sshd, started
-    as the image starts it, on a port of its own, with its own host key."""
+    as the image starts it, on a port of its own, with its own host key, letting in only the
+    user it runs as."""
+    if uid is not None:
+        if os.geteuid() != 0:
+            pytest.skip("running sshd as another uid needs root")
+        # A folder that uid can reach (pytest's own are its user's only), removed afterwards.
+        reachable = tempfile.mkdtemp(prefix="impala-sshd-")
+        request.addfinalizer(lambda: shutil.rmtree(reachable, ignore_errors=True))
+        tmp_path = pathlib.Path(reachable)
     for name in ("host_key", "client_key", "stranger_key"):
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True
@@ -116,28 +132,31 @@ def test_the_sshd_role_lets_in_the_key_it_was_given_and_no_other(tmp_path):
     port = _free_port()
     host_key = (tmp_path / "host_key.pub").read_text().split()[:2]
     (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_key)}\n")
-    os.makedirs("/run/sshd", exist_ok=True)  # as the image makes it, for sshd run as root
+    as_user = []
+    user = getpass.getuser()
+    if uid is not None:
+        os.chmod(tmp_path, 0o755)
+        for name in ("host_key", "authorized_keys"):
+            os.chown(tmp_path / name, uid, uid)
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        user = f"u{uid}"
+    else:
+        os.makedirs("/run/sshd", exist_ok=True)  # as the image makes it, for sshd run as root
     server = subprocess.Popen(
-        [ENTRYPOINT, "sshd", str(port), str(tmp_path)],
+        [*as_user, ENTRYPOINT, "sshd", str(port), str(tmp_path)],
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "sshd.log", "w"),  # noqa: SIM115
     )
     try:
         wait_until(lambda: _listening(port), 10, "the sshd role did not start")
 
-        def ssh(key):
+        def ssh(key, login=user):
             return subprocess.run(
                 [
                     *("ssh", "-p", str(port), "-i", str(tmp_path / key), "-F", "/dev/null"),
                     *("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"),
-                    *(
-                        "-o",
-                        f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
-                        "-o",
-                        "IdentitiesOnly=yes",
-                    ),
-                    f"{getpass.getuser()}@127.0.0.1",
-                    "echo in",
+                    *("-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}"),
+                    *("-o", "IdentitiesOnly=yes", f"{login}@127.0.0.1", "id -u"),
                 ],
                 capture_output=True,
                 text=True,
@@ -145,11 +164,13 @@ def test_the_sshd_role_lets_in_the_key_it_was_given_and_no_other(tmp_path):
             )
 
         allowed = ssh("client_key")
-        assert allowed.returncode == 0 and allowed.stdout == "in\n", (
-            allowed.stderr + (tmp_path / "sshd.log").read_text()
-        )
+        assert allowed.returncode == 0, allowed.stderr + (tmp_path / "sshd.log").read_text()
+        assert allowed.stdout == f"{os.geteuid() if uid is None else uid}\n"
         refused = ssh("stranger_key")
         assert refused.returncode == 255 and "Permission denied" in refused.stderr
+        if uid is not None:  # the run's key logs in as the sshd's own user only
+            as_root = ssh("client_key", login="root")
+            assert as_root.returncode == 255 and "Permission denied" in as_root.stderr
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -497,7 +497,7 @@ def test_the_run_ssh_keys_go_where_the_plan_says_with_a_known_hosts_line_per_ssh
     assert stat.S_IMODE(os.stat(tmp_path / "keys" / "client").st_mode) == 0o600
     contents = hosts._key_contents(plans, keys)
     assert contents["known_hosts"] == f"[n2]:2200 {' '.join(keys.host_public.split()[:2])}\n"
-    assert contents["authorized_keys"] == keys.client_public
+    assert contents["authorized_keys"] == f"restrict {keys.client_public}"
     assert "PRIVATE KEY" in contents["id_ed25519"] and "PRIVATE KEY" in contents["host_key"]
 
 
