@@ -93,6 +93,18 @@ def run_frontend(*flags: str, timeout: float = 120) -> subprocess.CompletedProce
     )
 
 
+def run_without_ml_stack(script: str, *args: str, timeout: float = 60):
+    """Runs a launcher script as a laptop driving a run would, with TensorFlow, Horovod and the
+    rest made unimportable (`tests.without_ml_stack`), capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.without_ml_stack", script, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def wait_until(condition, timeout: float, message) -> None:
     """Polls `condition`; fails with `message` (a string, or a callable made when failing)."""
     deadline = time.monotonic() + timeout

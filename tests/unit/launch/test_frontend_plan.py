@@ -7,13 +7,12 @@ import re
 import shlex
 import stat
 import subprocess
-import sys
 
 import pytest
 
 from impala import run_folder
 from impala.launch import planning, tmux, workers_csv
-from tests.helpers import ROOT
+from tests.helpers import run_without_ml_stack
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
 CSV = f"""{HEADER}
@@ -346,21 +345,12 @@ def test_tmux_never_gets_a_window_command_ending_in_a_semicolon():
 
 def test_a_dry_run_refuses_a_bad_job_flag_in_one_line(tmp_path):
     # Without the ML stack, as on a laptop driving the run: the check is the frontend's own.
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.without_ml_stack",
-            "run_experiment_mm_raw.py",
-            "--workers_csv_path=sandbox/local_workers_example.csv",
-            f"--logdir={tmp_path}",
-            "--keep_checkpoints=0",
-            "--dry_run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        "--keep_checkpoints=0",
+        "--dry_run",
     )
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert completed.stderr.splitlines() == [
@@ -530,22 +520,13 @@ def test_stopping_a_containers_run_signals_its_learners_and_removes_its_containe
 
 
 def test_the_dry_run_shows_the_container_commands(tmp_path):
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.without_ml_stack",
-            "run_experiment_mm_raw.py",
-            "--workers_csv_path=sandbox/local_workers_example.csv",
-            f"--logdir={tmp_path}",
-            "--docker_image=impala-horovod",
-            "--container_runtime=podman --runtime runc",
-            "--dry_run",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        "--docker_image=impala-horovod",
+        "--container_runtime=podman --runtime runc",
+        "--dry_run",
     )
     assert completed.returncode == 0, completed.stderr
     assert "containers of impala-horovod" in completed.stdout

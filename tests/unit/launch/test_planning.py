@@ -5,8 +5,6 @@ import random
 import re
 import shlex
 import socket
-import subprocess
-import sys
 
 import pytest
 from absl.testing import flagsaver
@@ -14,7 +12,7 @@ from absl.testing import flagsaver
 from impala import flags as impala_flags
 from impala import run_folder
 from impala.launch import planning, single_host
-from tests.helpers import ROOT
+from tests.helpers import run_without_ml_stack
 
 FLAGS = impala_flags.FLAGS
 
@@ -199,20 +197,8 @@ def test_run_local_refuses_a_bad_job_flag_in_one_line_before_starting_or_writing
     tmp_path,
 ):
     # Without the ML stack: the check is the launcher's own, not a process's.
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.without_ml_stack",
-            "run_local.py",
-            f"--logdir={tmp_path}",
-            "--queue_capacity=3",
-            "--batch_size=16",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    completed = run_without_ml_stack(
+        "run_local.py", f"--logdir={tmp_path}", "--queue_capacity=3", "--batch_size=16"
     )
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert completed.stderr.splitlines() == [
