@@ -44,7 +44,7 @@ def test_run_local_checks_its_flags_without_the_ml_stack():
     completed = _run("run_local.py", "--num_actors=0")
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines()[-1] == (
-        "run_local.py: error: --num_learners and --num_actors must be at least 1"
+        "run_local.py: error: --num_actors=0: must be at least 1"
     )
 
 
