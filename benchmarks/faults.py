@@ -4,8 +4,8 @@ of whose learners is killed once, with the figures that say how the run coped.
   python -m benchmarks.faults                                   # 60 actor kills, 1 learner kill
   python -m benchmarks.faults --actor_kills=50 --out=runs/faults.json
 
-Kills follow the training: the k-th of N actor kills comes once the run has passed k / (N + 1)
-of its frame budget (an actor that has run for `--min_actor_age_secs` is chosen at random), and
+Kills follow the training: the k-th of N actor kills comes once the run has passed
+0.9 k / (N + 1) of its frame budget (an actor that has run for `--min_actor_age_secs` is chosen at random), and
 the learner kill (rank `--learner_rank`, right after a progress line) once it has passed half.
 So every kill lands while the run trains, however fast this machine is. Printed at the end,
 and written as JSON with `--out`:
@@ -237,6 +237,12 @@ def _seconds_of_day(clock: str) -> int:
     return 3600 * hours + 60 * minutes + seconds
 
 
+# Actor kills are spread over this share of the budget: the last one's restart (after at most
+# --restart_max_delay_secs) then comes well before the run ends. Spread over all of it, the last
+# kill came 2% before the end, and the run could finish before that actor started again.
+_KILLS_WITHIN = 0.9
+
+
 def inject(logdir: str, experiment: str) -> dict:
     """Runs the fault injection; returns its figures."""
     frames = int(FLAGS.frames)
@@ -251,7 +257,7 @@ def inject(logdir: str, experiment: str) -> dict:
             if learner_kill is None and done >= frames / 2:
                 learner_kill = _kill_the_learner(run)
             elif len(actor_kills) < FLAGS.actor_kills and done >= (
-                (len(actor_kills) + 1) * frames / (FLAGS.actor_kills + 1)
+                (len(actor_kills) + 1) * _KILLS_WITHIN * frames / (FLAGS.actor_kills + 1)
             ):
                 kill = _kill_an_actor(run, rng)
                 if kill:
