@@ -5,10 +5,10 @@ of whose learners is killed once, with the figures that say how the run coped.
   python -m benchmarks.faults --actor_kills=50 --out=runs/faults.json
 
 Kills follow the training: the k-th of N actor kills comes once the run has passed
-0.9 k / (N + 1) of its frame budget (an actor that has run for `--min_actor_age_secs` is chosen at random), and
-the learner kill (rank `--learner_rank`, right after a progress line) once it has passed half.
-So every kill lands while the run trains, however fast this machine is. Printed at the end,
-and written as JSON with `--out`:
+0.9 k / (N + 1) of its frame budget (an actor that has run for `--min_actor_age_secs` is
+chosen at random), and the learner kill (rank `--learner_rank`, right after a progress line)
+once it has passed half. So every kill lands while the run trains, however fast this machine
+is. Printed at the end, and written as JSON with `--out`:
 
 - kills survived, restarts of actors and learners (from run_local.py's own lines);
 - frames lost at the learner kill: the frames of its last progress line minus those of the
