@@ -534,3 +534,9 @@ def test_the_dry_run_shows_the_container_commands(tmp_path):
     assert len(windows) == 3
     assert all("podman --runtime runc run --rm --init" in line for line in windows)
     assert not (tmp_path / "local_workers_example").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536])
+def test_a_container_sshd_port_out_of_range_is_refused(port):
+    with pytest.raises(ValueError, match=rf"^--container_sshd_port={port}: not a port in 1-65535"):
+        planning.Containers("impala", ("docker",), sshd_port=port)
