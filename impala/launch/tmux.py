@@ -74,18 +74,25 @@ def tmux_kill_session(session: str) -> list[str]:
     return ["kill-session", "-t", f"={session}"]
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal could act on (escape sequences, carriage returns,
+    other control and format characters) replaced by '?'. A worker host's answers are printed on
+    the user's terminal, and a hostile host could otherwise rewrite or hide what it shows."""
+    return "".join(char if char.isprintable() else "?" for char in text)
+
+
 def parse_status(listing: str) -> list[tuple[str, bool, str]]:
-    """(window, alive, exit status) from `tmux_list_windows` output."""
+    """(window, alive, exit status) from `tmux_list_windows` output; the status made printable."""
     rows = []
     for line in listing.splitlines():
         name, dead, status = line.rsplit("|", 2) if line.count("|") >= 2 else (line, "", "")
-        rows.append((name, dead != "1", status))
+        rows.append((name, dead != "1", printable(status)))
     return rows
 
 
 def summary_line(screen: str) -> str:
     """The line that best says how a process is doing: its last progress line (frames), else
-    its last line."""
-    lines = [line.strip() for line in screen.splitlines() if line.strip()]
+    its last line, made printable."""
+    lines = [printable(line.strip()) for line in screen.splitlines() if line.strip()]
     progress = [line for line in lines if " frames " in f" {line} "]
     return (progress or lines or [""])[-1]

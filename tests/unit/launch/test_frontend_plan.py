@@ -237,6 +237,17 @@ def test_status_parsing_and_summary_line():
     assert tmux.summary_line("starting\nconnected\n") == "connected"
 
 
+def test_a_hostile_hosts_answers_reach_the_terminal_printable():
+    # A worker host answers status with whatever it likes: escape sequences that would clear
+    # the user's screen, retitle it or move the cursor, backspaces that hide text.
+    screen = "12:00 frames 1k/2M \x1b[2J\x1b]0;owned\x07done\x08fake | 900 frames/s\u202e\n"
+    line = tmux.summary_line(screen)
+    assert line == "12:00 frames 1k/2M ?[2J?]0;owned?done?fake | 900 frames/s?"
+    assert line.isprintable()
+    listing = "actor_0|1|137\x1b[31m\n"
+    assert tmux.parse_status(listing) == [("actor_0", False, "137?[31m")]
+
+
 # ---- Values from someone else's CSV ------------------------------------------------------------
 
 HOSTILE_WORKDIR = "/srv/my project/it's #1 $(touch /tmp/PWNED) `touch /tmp/PWNED`; &"
