@@ -194,6 +194,11 @@ def parse_address(address: str, flag: str) -> tuple[str, int]:
         raise ValueError(f"{flag}: {address!r} is not host:port with a port in 1-65535")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    elif ":" in host:
+        # "::1:8000" could be port 8000 of ::1 or the address ::1:8000 with no port.
+        raise ValueError(
+            f"{flag}: {address!r}: an IPv6 address takes brackets, as in [{host}]:{port}"
+        )
     if not host or host.startswith("-") or not all(c.isprintable() and c not in " /" for c in host):
         raise ValueError(f"{flag}: {address!r}: {host!r} is not a host name or address")
     return host, int(port)

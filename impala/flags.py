@@ -32,7 +32,11 @@ flags.DEFINE_enum(
     "learner in this one process.",
 )
 flags.DEFINE_integer("task", 0, "Index of this actor. Learners take their rank from mpirun.")
-flags.DEFINE_list("learner_hosts", ["localhost:8001"], "host:port of each learner, in rank order.")
+flags.DEFINE_list(
+    "learner_hosts",
+    ["localhost:8001"],
+    "host:port of each learner, in rank order ([address]:port for an IPv6 address).",
+)
 flags.DEFINE_list(
     "actor_hosts",
     [],

@@ -84,8 +84,9 @@ class Worker:
 
     @property
     def address(self) -> str:
-        """`host:tf_port` (learners)."""
-        return f"{self.host}:{self.tf_port}"
+        """`host:tf_port` (learners); `[v6 address]:tf_port` for an IPv6 address."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.tf_port}"
 
 
 def read_workers(path: str, default_workdir: str) -> list[Worker]:

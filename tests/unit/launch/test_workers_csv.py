@@ -193,6 +193,8 @@ def test_host_names_and_addresses_that_are_accepted(tmp_path):
     )
     workers = workers_csv.read_workers(str(path), default_workdir="/srv")
     assert [w.host for w in workers[:-1]] == hosts
+    # An IPv6 learner's --learner_hosts entry takes brackets: "::1:8001" would be ambiguous.
+    assert [w.address for w in workers[2:4]] == ["[::1]:8001", "[fe80::1]:8001"]
 
 
 @pytest.mark.parametrize(

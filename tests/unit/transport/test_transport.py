@@ -794,6 +794,7 @@ def test_a_second_learner_on_a_busy_port_fails_at_start(make_service):
         ("localhost", "not host:port"),
         ("-oProxyCommand=x:8001", "not a host name or address"),
         ("local host:8001", "not a host name or address"),
+        ("::1:8001", r"an IPv6 address takes brackets, as in \[::1\]:8001"),
     ],
 )
 def test_an_address_that_cannot_be_listened_on_is_a_one_line_error(address, message):
