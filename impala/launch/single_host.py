@@ -59,6 +59,9 @@ flags.DEFINE_integer(
 # The repository root: experiment.py and the runs/ folder users know are relative to it.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PR_SET_PDEATHSIG = 1
+# Looked up once here: a child between fork and exec must not dlopen (another thread of the
+# launcher may hold the loader's lock at the fork, and the child would wait for it forever).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 @dataclasses.dataclass
@@ -195,11 +198,10 @@ def plan(
     return learner, actors
 
 
-def _child_setup() -> None:
-    # Own process group, so a stop reaches the whole tree; and die with the launcher, so
-    # nothing is orphaned even if it is killed outright.
-    os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with_the_launcher() -> None:
+    # So nothing is orphaned even if the launcher is killed outright. The only Python that runs
+    # in the child between fork and exec: one call of a function looked up beforehand.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _start(name: str, argv: list[str], log_path: str, learners: bool = False) -> _Process:
@@ -212,7 +214,8 @@ def _start(name: str, argv: list[str], log_path: str, learners: bool = False) ->
         stdout=subprocess.PIPE if learners else log,  # the learners' output is shown
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        preexec_fn=_child_setup,
+        start_new_session=True,  # its own process group, so a stop reaches the whole tree
+        preexec_fn=_die_with_the_launcher,
         cwd=_ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

@@ -3,12 +3,14 @@ learners once; the run still reaches its budget with identical learners, losing 
 save interval. Runs `benchmarks/faults.py`, which the README's reliability figures come from."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, SMALL_RUN_FLAGS, pids_with, processes_with, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -45,3 +47,38 @@ def test_fifty_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp
     assert figures["learner_recovery_secs"] is not None
     assert len(figures["actor_recovery_secs"]) >= 40  # actors that acted again after a kill
     assert "[faults] actor kills survived: " in completed.stdout
+
+
+def test_nothing_outlives_a_launcher_killed_outright(processes, tmp_path):
+    # SIGKILL gives run_local.py no chance to stop its processes: each must end by itself (the
+    # parent-death signal run_local.py sets in each child before it runs).
+    runs = tmp_path / "runs"
+    launcher = processes.start(
+        "run_local",
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "run_local.py",
+            f"--logdir={runs}",
+            "--experiment=orphans",
+            *SMALL_RUN_FLAGS,
+        ],
+    )
+    # Killed as soon as everything it starts is there: the learner and two actors.
+    wait_until(
+        lambda: len(pids_with(f"--logdir={runs}", "--job_name=")) == 3,
+        60,
+        lambda: processes.log(launcher) + "\n".join(processes_with(f"--logdir={runs}")),
+    )
+    launcher.kill()
+    launcher.wait()
+    try:
+        wait_until(
+            lambda: not processes_with(f"--logdir={runs}"),
+            60,
+            lambda: "left running:\n" + "\n".join(processes_with(f"--logdir={runs}")),
+        )
+    finally:  # each child has a session of its own, out of reach of the fixture's cleanup
+        for pid in pids_with(f"--logdir={runs}"):
+            os.kill(pid, signal.SIGKILL)
