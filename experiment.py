@@ -67,7 +67,8 @@ def learner_config_from_flags() -> configs.LearnerConfig:
 
 def check_run_flags() -> None:
     """Raises the one-line error a process of the run would give for its flags, for every check
-    that needs no ML stack: the hyperparameters, then each role's job-level flags. Launchers run
+    that needs no ML stack: the hyperparameters, then the job-level flags of learners and actors
+    (the roles launchers start; --mode=test checks its own). Launchers run
     it before starting anything. --level_name and --agent_name are left to the processes: only
     Gymnasium and the networks know which names exist."""
     learner = learner_config_from_flags()
@@ -76,7 +77,6 @@ def check_run_flags() -> None:
         FLAGS.queue_capacity, learner.batch_size, FLAGS.keep_checkpoints, FLAGS.save_every_secs
     )
     configs.check_actor_job_flags(FLAGS.num_envs_per_actor, FLAGS.connect_timeout_secs)
-    configs.check_test_flags(FLAGS.test_num_episodes)
 
 
 def local_config_from_flags():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
@@ -123,6 +124,8 @@ def _require(ok: bool, flag: str, value: Any, what: str) -> None:
 
 # ---- Job-level flags: checked by each process's job config, and by launchers before starting.
 
+MAX_ACTION_REPEATS = (2**31 - 1) // 4
+
 
 def check_playing_flags(num_action_repeats: int, seed: int) -> None:
     """Raises the one-line error of a bad --num_action_repeats or --seed (every training role)."""
@@ -131,6 +134,12 @@ def check_playing_flags(num_action_repeats: int, seed: int) -> None:
         "num_action_repeats",
         num_action_repeats,
         "must be at least 1 (1: no repeat beyond the Atari frame skip)",
+    )
+    _require(
+        num_action_repeats <= MAX_ACTION_REPEATS,
+        "num_action_repeats",
+        num_action_repeats,
+        f"must be at most {MAX_ACTION_REPEATS} (x 4, Atari's frame skip is a 32-bit integer)",
     )
     _require(seed >= 0, "seed", seed, "must be >= 0")
 
@@ -190,10 +199,14 @@ def parse_address(address: str, flag: str) -> tuple[str, int]:
     The host is a name or address: no spaces, control characters or a leading '-'.
     """
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
         raise ValueError(f"{flag}: {address!r} is not host:port with a port in 1-65535")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+        if not host or "[" in host or "]" in host:
+            raise ValueError(f"{flag}: {address!r}: the brackets hold one IPv6 address")
+    elif "[" in host or "]" in host:
+        raise ValueError(f"{flag}: {address!r}: the brackets hold one IPv6 address")
     elif ":" in host:
         # "::1:8000" could be port 8000 of ::1 or the address ::1:8000 with no port.
         raise ValueError(

@@ -246,6 +246,37 @@ def as_forwarded(forwarded: Mapping[str, object]) -> Iterator[None]:
             flag.value = kept[flag.name]
 
 
+def as_text(value: object) -> str:
+    """`value` as a launcher writes it in `--name=<text>`."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_saved(name: str, value: object) -> object:
+    """The value a process gets for this file's flag `name` when a launcher forwards `value`
+    (say, from a run's flags.json, which anyone may have edited) as `--name=<as_text(value)>`.
+
+    Raises:
+      ValueError: one line naming the flag, if its parser refuses the value.
+    """
+    if value is None:
+        raise ValueError(f"{name}=null: expected a value")
+    try:
+        return FLAGS[name].parser.parse(as_text(value))
+    except (ValueError, TypeError, OverflowError) as error:
+        reason = " ".join(str(error).split())
+        raise ValueError(f"{name}={value!r}: {reason}") from None
+
+
+def unset_value(name: str, preset: str) -> object:
+    """The value a process gets for flag `name` when it is not given: `preset`'s, else the
+    default."""
+    return PRESETS.get(preset, {}).get(name, FLAGS[name].default)
+
+
 def flag_values(only_given: bool = False) -> dict:
     """The flags this file defines, with their values: all of them (what a run folder's
     flags.json holds), or only those given on the command line (what launchers forward)."""

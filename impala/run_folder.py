@@ -79,6 +79,10 @@ def read_flags(run_dir: str) -> dict[str, Any] | None:
         return None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not valid JSON (not UTF-8 text)") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: expected a JSON object of flag values")
     return saved

@@ -12,6 +12,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+from impala import flags as impala_flags
 from impala import run_folder, run_secret
 from impala.launch import workers_csv
 from impala.launch.workers_csv import Worker
@@ -30,18 +31,10 @@ def forwarded_flags(values: Mapping[str, object]) -> list[str]:
       values: flag name -> value, for the flags given on the launcher's command line.
     """
     return [
-        f"--{name}={_flag_value(value)}"
+        f"--{name}={impala_flags.as_text(value)}"
         for name, value in sorted(values.items())
         if name not in run_folder.PER_PROCESS_FLAGS
     ]
-
-
-def _flag_value(value: object) -> str:
-    if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def learner_command(
@@ -699,7 +692,6 @@ def check_hyperparameters(forwarded: Mapping[str, object]) -> None:
         the processes take --preset's values, then the defaults, for the others.
     """
     import experiment  # TensorFlow-free at import: it loads a role's stack only to run it
-    from impala import flags as impala_flags
 
     with impala_flags.as_forwarded(forwarded):
         experiment.check_run_flags()

@@ -314,17 +314,21 @@ def _supervise_actor(actor: _Supervised) -> None:
         print(f"[run_local] {actor.name} started again")
 
 
-def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
-    """The experiment.py flags for every process, and the numbers of learners and actors.
+def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
+    """The experiment.py flags for every process, the numbers of learners and actors, and a line
+    saying how a resumed run resumes ("" for a new run).
 
     Those given here; when `run_dir` is an earlier run's folder, the rest as that run was
     started with (its flags.json, whose learner and actor lists give the numbers).
+
+    Raises:
+      ValueError: one line, for a saved value the processes could not take.
     """
     given = impala_flags.flag_values(only_given=True)
     num_learners, num_actors = FLAGS.num_learners, FLAGS.num_actors
     saved = run_folder.read_flags(run_dir)
     if saved is None:
-        return given, num_learners, num_actors
+        return given, num_learners, num_actors, ""
     if "preset" in given and given["preset"] != saved.get("preset", ""):
         # The saved values of the old preset would be forwarded as given and beat the new one.
         raise ValueError(
@@ -332,24 +336,38 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int]:
             f"--preset={saved.get('preset', '')}; resume it without --preset (its flags are "
             f"kept), or start a new run"
         )
+    path = os.path.join(run_dir, run_folder.FLAGS_FILE)
+    for name in ("learner_hosts", "actor_hosts"):
+        hosts = saved.get(name, [])
+        if not (isinstance(hosts, list) and all(isinstance(host, str) for host in hosts)):
+            raise ValueError(f"{path}: {name}={hosts!r}: expected a list of hosts")
     if not FLAGS["num_learners"].present:
         num_learners = len(saved.get("learner_hosts") or [None])
     if not FLAGS["num_actors"].present:
         num_actors = len(saved.get("actor_hosts") or [None] * num_actors)
+    # Parsed as the processes will parse them when forwarded: the file may have been edited.
+    parsed = {}
+    own = impala_flags.flag_values()
+    for name, value in saved.items():
+        if name in own and name not in run_folder.PER_PROCESS_FLAGS:
+            try:
+                parsed[name] = impala_flags.parse_saved(name, value)
+            except ValueError as error:
+                raise ValueError(f"{path}: {error}") from None
+    preset = given.get("preset", parsed.get("preset", ""))
+    # Every value the processes would not get by themselves: a saved value equal to the
+    # default still beats the preset's.
     kept = {
         name: value
-        for name, value in saved.items()
-        if name not in given
-        and name not in run_folder.PER_PROCESS_FLAGS
-        and name in FLAGS
-        and value != FLAGS[name].default
+        for name, value in parsed.items()
+        if name not in given and value != impala_flags.unset_value(name, preset)
     }
-    print(
+    note = (
         f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
         f"{num_actors} actor(s)"
         + (f", {planning.shell_line(planning.forwarded_flags(kept))}" if kept else "")
     )
-    return {**kept, **given}, num_learners, num_actors
+    return {**kept, **given}, num_learners, num_actors, note
 
 
 def check_launcher_flags(num_learners: int, num_actors: int) -> None:
@@ -388,9 +406,11 @@ def main(argv: list[str]) -> int:
         run_folder.check_name(FLAGS.experiment)
         experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
         run_dir = run_folder.path(FLAGS.logdir, experiment_name)
-        given, num_learners, num_actors = run_flags(run_dir)
+        given, num_learners, num_actors, resuming = run_flags(run_dir)
         check_launcher_flags(num_learners, num_actors)
         planning.check_hyperparameters(given)  # as every process will, before any starts
+        if resuming:
+            print(resuming)
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2

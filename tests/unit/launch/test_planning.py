@@ -1,5 +1,6 @@
 """Run planning: the exact command lines of learners, actors and mpirun."""
 
+import json
 import os
 import random
 import re
@@ -147,7 +148,10 @@ def _check_as_launcher(*argv):
         (["--connect_timeout_secs=nan"], "--connect_timeout_secs=nan: must be a finite number > 0"),
         (["--num_action_repeats=0"], "--num_action_repeats=0: must be at least 1"),
         (["--seed=-1"], "--seed=-1: must be >= 0"),
-        (["--test_num_episodes=0"], "--test_num_episodes=0: must be at least 1"),
+        (
+            ["--num_action_repeats=536870912"],
+            "--num_action_repeats=536870912: must be at most 536870911",
+        ),
         (["--batch_reuse=0"], "--batch_reuse=0: must be at least 1"),
         # The processes apply the preset (batch 32) before checking, and so does the launcher.
         (
@@ -164,6 +168,8 @@ def test_launchers_refuse_the_flags_a_process_would_refuse_in_its_one_line(argv,
 def test_launchers_check_the_values_the_processes_get_and_leave_their_own_flags_alone():
     # The paper preset's RMSProp takes a momentum (Adam, the default optimizer, does not).
     _check_as_launcher("--preset=paper", "--momentum=0.9", "--queue_capacity=32")
+    # Launchers start learners and actors, which never read --mode=test's flags.
+    _check_as_launcher("--test_num_episodes=0")
     # A resumed run's saved flags are forwarded with those given: checked together.
     with pytest.raises(
         ValueError, match=r"^--queue_capacity=20: must be 0 or at least --batch_size=32"
@@ -214,3 +220,93 @@ def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopp
     role = single_host._Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
     assert not role.schedule_restart(code) and role.given_up
     assert single_host._Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
+
+
+def _saved_flags(*argv):
+    """A run's flags.json as its learner writes it for the command line `argv`."""
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", *argv])
+        impala_flags.apply_preset()
+        return json.loads(json.dumps(impala_flags.flag_values()))
+
+
+def _resume(run_dir, saved, *argv):
+    """run_local.py's `run_flags` for a run folder holding `saved` as its flags.json."""
+    (run_dir / run_folder.FLAGS_FILE).write_text(json.dumps(saved))
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["run_local.py", *argv])
+        return single_host.run_flags(str(run_dir))
+
+
+def test_a_resumed_preset_run_gets_every_value_it_was_started_with(tmp_path):
+    saved = _saved_flags(
+        "--preset=paper",
+        "--batch_size=16",
+        "--queue_capacity=20",
+        "--normalize_advantages=true",  # the default, but not the preset's
+        "--actor_hosts=localhost,localhost,localhost",
+    )
+    forwarded, num_learners, num_actors, note = _resume(tmp_path, saved)
+    assert forwarded == {
+        "preset": "paper",
+        "batch_size": 16,
+        "queue_capacity": 20,
+        "normalize_advantages": True,
+    }
+    assert (num_learners, num_actors) == (1, 3)
+    assert note.endswith(
+        "3 actor(s), --batch_size=16 --normalize_advantages=true --preset=paper --queue_capacity=20"
+    )
+    planning.check_hyperparameters(forwarded)  # the values the learner ran with: valid
+    # What the processes get from those flags is what the run was started with.
+    with impala_flags.as_forwarded(forwarded):
+        assert {name: FLAGS[name].value for name in saved if name in forwarded} == {
+            name: saved[name] for name in forwarded
+        }
+        assert FLAGS.optimizer == "rmsprop" and FLAGS.batch_reuse == 1
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"batch_size": 16.5}, "batch_size=16.5: "),
+        ({"batch_size": True}, "batch_size=True: "),
+        ({"seed": 1e20}, "seed=1e+20: "),
+        ({"queue_capacity": float("inf")}, "queue_capacity=inf: "),
+        ({"preset": "bogus"}, "preset='bogus': "),
+        ({"preset": None}, "preset=null: expected a value"),
+        ({"normalize_advantages": "maybe"}, "normalize_advantages='maybe': "),
+        ({"test_policy": "bogus"}, "test_policy='bogus': "),
+        ({"learner_hosts": 3}, "learner_hosts=3: expected a list of hosts"),
+        ({"actor_hosts": "abc"}, "actor_hosts='abc': expected a list of hosts"),
+    ],
+)
+def test_a_hand_edited_flags_file_is_refused_in_one_line_naming_it(tmp_path, edit, message):
+    saved = {**_saved_flags(), **edit}
+    with pytest.raises(ValueError) as raised:
+        _resume(tmp_path, saved)
+    error = str(raised.value)
+    assert error.startswith(f"{tmp_path / run_folder.FLAGS_FILE}: {message}")
+    assert "\n" not in error
+
+
+def test_a_hand_edited_value_the_processes_would_parse_is_checked_as_they_would(tmp_path):
+    saved = {**_saved_flags(), "batch_size": "32", "learning_rate": "NaN"}
+    forwarded, *_ = _resume(tmp_path, saved)
+    assert forwarded["batch_size"] == 32
+    with pytest.raises(ValueError, match=r"^--learning_rate=nan: "):
+        planning.check_hyperparameters(forwarded)
+
+
+@pytest.mark.parametrize("kind", ["folder", "not utf-8"])
+def test_an_unreadable_flags_file_is_one_line_naming_it(tmp_path, kind):
+    path = tmp_path / run_folder.FLAGS_FILE
+    if kind == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: ") as raised:
+        run_folder.read_flags(str(tmp_path))
+    assert "\n" not in str(raised.value)

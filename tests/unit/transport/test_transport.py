@@ -795,6 +795,10 @@ def test_a_second_learner_on_a_busy_port_fails_at_start(make_service):
         ("-oProxyCommand=x:8001", "not a host name or address"),
         ("local host:8001", "not a host name or address"),
         ("::1:8001", r"an IPv6 address takes brackets, as in \[::1\]:8001"),
+        ("localhost:\u0668", "not host:port"),  # an Arabic-Indic 8: a digit to str.isdigit
+        ("localhost:" + "9" * 5000, "not host:port"),
+        ("[::1]]:8001", "the brackets hold one IPv6 address"),
+        ("[localhost:8001", "the brackets hold one IPv6 address"),
     ],
 )
 def test_an_address_that_cannot_be_listened_on_is_a_one_line_error(address, message):
