@@ -146,13 +146,16 @@ def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
                 break
             if _bindable(port):
                 ports.append(port)
-    while len(ports) < count:
+    for _ in range(100 * count):
+        if len(ports) == count:
+            break
         with socket.socket() as s:
             s.bind(("0.0.0.0", 0))
             port = s.getsockname()[1]
-        if port in ports:
-            continue
-        ports.append(port)
+        if port not in ports:
+            ports.append(port)
+    if len(ports) < count:
+        raise OSError(f"found {len(ports)} free ports of the {count} needed")
     return ports
 
 
@@ -370,12 +373,19 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
     return {**kept, **given}, num_learners, num_actors, note
 
 
+MAX_PROCESSES = 1024
+
+
 def check_launcher_flags(num_learners: int, num_actors: int) -> None:
     """Raises a one-line error for a flag of run_local.py itself out of range (the numbers of
     learners and actors as `run_flags` gives them)."""
     for name, value in (("num_learners", num_learners), ("num_actors", num_actors)):
         if value < 1:
             raise ValueError(f"--{name}={value}: must be at least 1")
+        if value > MAX_PROCESSES:
+            raise ValueError(
+                f"--{name}={value}: must be at most {MAX_PROCESSES} (all run on this machine)"
+            )
     for name in ("max_actor_restarts", "max_learner_restarts"):
         if FLAGS[name].value < 0:
             raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")

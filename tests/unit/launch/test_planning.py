@@ -184,6 +184,10 @@ def test_launchers_check_the_values_the_processes_get_and_leave_their_own_flags_
     [
         (["--num_actors=0"], "--num_actors=0: must be at least 1"),
         (["--num_learners=-1"], "--num_learners=-1: must be at least 1"),
+        (
+            ["--num_learners=70000"],
+            "--num_learners=70000: must be at most 1024 (all run on this machine)",
+        ),
         (["--max_actor_restarts=-1"], "--max_actor_restarts=-1: must be >= 0"),
         (["--max_learner_restarts=-2"], "--max_learner_restarts=-2: must be >= 0"),
         (["--restart_max_delay_secs=nan"], "--restart_max_delay_secs=nan: must be >= 0"),
