@@ -142,6 +142,10 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
         print()
 
 
+_MAX_RESTARTS = 1_000_000
+_MAX_RESTART_DELAY_SECS = 86_400
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -150,16 +154,21 @@ def main(argv: list[str]) -> int:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
         return 2
     try:
+        # The windows' restart loops do shell arithmetic on these: 64-bit integers.
         for name in ("max_actor_restarts", "max_learner_restarts"):
-            if FLAGS[name].value < 0:
-                raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")
-        if FLAGS.restart_max_delay_secs < 1:
+            if not 0 <= FLAGS[name].value <= _MAX_RESTARTS:
+                raise ValueError(f"--{name}={FLAGS[name].value}: must be in 0-{_MAX_RESTARTS}")
+        if not 1 <= FLAGS.restart_max_delay_secs <= _MAX_RESTART_DELAY_SECS:
             raise ValueError(
-                f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 1"
+                f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be in "
+                f"1-{_MAX_RESTART_DELAY_SECS} (a day)"
             )
         workers = workers_csv.read_workers(FLAGS.workers_csv_path, default_workdir=_HERE)
         given = impala_flags.flag_values(only_given=True)
-        planning.check_hyperparameters(given)  # as every process will, dry run or not
+        if FLAGS.action == "start":
+            # As every process will, dry run or not. Status and stop start nothing: a bad flag
+            # must not keep a run from being stopped.
+            planning.check_hyperparameters(given)
         if not FLAGS.logdir:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.

@@ -370,6 +370,39 @@ def test_a_dry_run_refuses_a_bad_job_flag_in_one_line(tmp_path):
     assert completed.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--max_actor_restarts=100000000000000000000", "must be in 0-1000000"),
+        ("--max_learner_restarts=-1", "must be in 0-1000000"),
+        ("--restart_max_delay_secs=100000", "must be in 1-86400 (a day)"),
+    ],
+)
+def test_restart_flags_fit_the_windows_shell_arithmetic(tmp_path, flag, message):
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        flag,
+        "--dry_run",
+    )
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr.splitlines() == [f"run_experiment_mm_raw.py: error: {flag}: {message}"]
+
+
+def test_a_bad_job_flag_does_not_keep_a_run_from_being_looked_at_or_stopped(tmp_path):
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        "--keep_checkpoints=0",
+        "--experiment=never_started_here",
+        "--action=status",
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "not started" in completed.stdout
+
+
 # ---- --docker_image: every process in a container ---------------------------------------------
 
 ONE_LEARNER_HOST = f"""{HEADER}
