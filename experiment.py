@@ -37,8 +37,8 @@ __all__ = ["FLAGS", "PRESETS", "apply_preset", "flag_values", "main"]
 def frames_flag(name: str) -> int:
     """A frame-count flag (a float, so that 10e6 is accepted) as a whole number of frames."""
     value = FLAGS[name].value
-    if not math.isfinite(value):
-        raise ValueError(f"--{name}={value}: must be a finite number of frames")
+    if not math.isfinite(value) or value != math.floor(value):
+        raise ValueError(f"--{name}={value}: must be a finite, whole number of frames")
     return int(value)
 
 

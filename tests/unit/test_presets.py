@@ -71,7 +71,10 @@ def test_every_preset_flag_is_an_experiment_flag_of_the_right_type(name):
 
 
 @pytest.mark.parametrize("flag", ["total_environment_frames", "learning_rate_anneal_frames"])
-@pytest.mark.parametrize("value", ["inf", "nan"])
-def test_a_frame_count_that_is_not_finite_is_a_one_line_error(flag, value):
-    with pytest.raises(ValueError, match=f"^--{flag}={value}: must be a finite number of frames$"):
+@pytest.mark.parametrize("value", ["inf", "nan", "0.5", "-0.5"])
+def test_a_frame_count_that_is_not_a_whole_number_is_a_one_line_error(flag, value):
+    # Not truncated first: 0.5 would be refused as 0, and -0.5 taken as 0.
+    with pytest.raises(
+        ValueError, match=f"^--{flag}={value}: must be a finite, whole number of frames$"
+    ):
         _config_from(f"--{flag}={value}")
