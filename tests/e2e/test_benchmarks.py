@@ -1,5 +1,5 @@
-"""benchmarks.learning (its figures and one-line errors), benchmarks.probe_network and
-benchmarks.throughput's flags."""
+"""benchmarks.learning (its figures and one-line errors), benchmarks.probe_network,
+benchmarks.probe_games and benchmarks.throughput's flags."""
 
 import json
 import os
@@ -124,6 +124,30 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     (error,) = completed.stderr.strip().splitlines()[-1:]
     assert error.startswith(f"probe_network.py: error: cannot restore {tmp_path / 'ckpt-1'}: ")
     assert "Traceback" not in completed.stderr
+
+
+def test_probe_games_plays_each_environments_games_and_refuses_a_missing_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    save_checkpoints(str(run_dir))  # CartPole, as a learner writes it
+    completed = _run(str(run_dir), "--num_envs=3", "--games_per_env=2", script="probe_games")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    lines = completed.stdout.splitlines()
+    checkpoint = run_dir / "checkpoints" / "ckpt-7"
+    assert lines[0] == f"{checkpoint}: 3 environments, 2 games each (sampled policy)"
+    scores = [line.split(":")[1].split() for line in lines[1:4]]
+    assert [line.split(":")[0] for line in lines[1:4]] == [f"  environment  {i}" for i in range(3)]
+    assert all(len(row) == 2 and all(float(s) >= 1 for s in row) for row in scores)
+    mean = np.mean([float(s) for row in scores for s in row])
+    assert lines[4] == f"  mean {mean:+.1f} over 6 games; games by score:"
+    assert sum(int(line.rsplit(":", 1)[1]) for line in lines[5:]) == 6
+    missing = _run(str(tmp_path / "none"), script="probe_games")
+    assert missing.returncode == 1
+    assert (
+        missing.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"probe_games.py: error: {tmp_path / 'none'}: no such run folder")
+    )
+    assert "Traceback" not in missing.stderr
 
 
 @pytest.mark.parametrize(
