@@ -121,6 +121,12 @@ class _SerialBackend:
             frames=frames,
         )
 
+    def ram(self) -> np.ndarray:
+        """Each console's 128 bytes of memory, uint8 [N, 128] (Atari only)."""
+        if not self._atari:
+            raise ValueError(f"{self._level_name!r} is not an Atari game: it has no console memory")
+        return np.stack([env.unwrapped.ale.getRAM() for env in self._envs])
+
     def render(self, final: bool) -> np.ndarray:
         """RGB screens, uint8 [N, height, width, 3]; see `VectorEnvironment.render`."""
         if not self._keep_screens:

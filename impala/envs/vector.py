@@ -110,6 +110,23 @@ class VectorEnvironment:
             )
         return self._backend.render(final)
 
+    def ram(self) -> np.ndarray:
+        """Each Atari console's memory now, uint8 [N, 128], as the games' own code keeps them.
+
+        Only for vectors from `make_evaluation_environment(config)` of an Atari id (the
+        training backend steps its consoles in C++ threads and does not show them).
+
+        Raises:
+            ValueError: The vector was built for training, or its id is not an Atari game.
+        """
+        self._check_open()
+        if not isinstance(self._backend, _SerialBackend):
+            raise ValueError(
+                f"{self._config.level_name!r} was built for training, its consoles unseen: use "
+                f"make_evaluation_environment(config)"
+            )
+        return self._backend.ram()
+
     @property
     def screen_fps(self) -> float | None:
         """`render()` screens per second of real time when shown once per agent step.

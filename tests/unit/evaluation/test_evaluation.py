@@ -110,6 +110,37 @@ def test_screens_only_where_asked_and_possible():
         make_evaluation_environment(EnvConfig(COUNTER_LEVEL), render=True)
 
 
+def test_console_memory_is_each_evaluation_games_own():
+    """`ram()` shows each console's memory as the game keeps it: the agent's paddle (RAM 51,
+    its height, smaller up the screen) where each game's actions took it, and the first
+    point in the scores (RAM 13 and 14: the computer's and the agent's)."""
+    config = EnvConfig("PongNoFrameskip-v4", num_envs=2, seed=5, noop_max=0)
+    with make_evaluation_environment(config) as env:
+        env.reset()
+        start = env.ram()
+        assert start.shape == (2, 128) and start.dtype == np.uint8
+        np.testing.assert_array_equal(start[0], start[1])  # No no-ops: the same start.
+        for _ in range(10):  # Game 0 moves its paddle up (RIGHT, action 2); game 1 stays.
+            step = env.step(np.array([2, 0]))
+        paddles = env.ram()[:, 51].astype(int)
+        assert paddles[0] < paddles[1]
+        while not step.reward.any():
+            step = env.step(np.zeros(2, np.int64))
+        np.testing.assert_array_equal(step.reward, [-1, -1])
+        np.testing.assert_array_equal(env.ram()[:, 13:15], [[1, 0], [1, 0]])
+
+
+def test_console_memory_only_of_evaluation_atari_games():
+    with make_environment(EnvConfig("PongNoFrameskip-v4", num_envs=1)) as env:
+        env.reset()
+        with pytest.raises(ValueError, match="was built for training, its consoles unseen"):
+            env.ram()
+    with make_evaluation_environment(EnvConfig("CartPole-v1")) as env:
+        env.reset()
+        with pytest.raises(ValueError, match="'CartPole-v1' is not an Atari game"):
+            env.ram()
+
+
 # --------------------------------------------------------------------------- #
 # Checkpoints.
 # --------------------------------------------------------------------------- #
