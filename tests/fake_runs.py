@@ -11,12 +11,18 @@ from impala.learner import checkpoints, optimise
 
 
 def save_checkpoints(
-    run_dir, level_name="CartPole-v1", agent_name="MLPAgent", versions=(3, 7), shape=(4,)
+    run_dir,
+    level_name="CartPole-v1",
+    agent_name="MLPAgent",
+    versions=(3, 7),
+    shape=(4,),
+    num_actions=None,
 ) -> list[list[np.ndarray]]:
     """Writes checkpoints as the learner does (weights, optimizer, counters, identity);
     returns each one's weights."""
     dtype = "float32" if len(shape) == 1 else "uint8"
-    num_actions = 2 if level_name == "CartPole-v1" else 4
+    if num_actions is None:
+        num_actions = 2 if level_name == "CartPole-v1" else 4  # Breakout's
     agent = networks.make_agent(agent_name, num_actions)
     networks.build_variables(agent, shape, dtype)
     trainer = optimise.Trainer(agent, configs.LearnerConfig())

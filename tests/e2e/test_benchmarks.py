@@ -1,5 +1,5 @@
 """benchmarks.learning (its figures and one-line errors), benchmarks.probe_network,
-benchmarks.probe_games and benchmarks.throughput's flags."""
+benchmarks.probe_games, benchmarks.pong_points and benchmarks.throughput's flags."""
 
 import json
 import os
@@ -148,6 +148,41 @@ def test_probe_games_plays_each_environments_games_and_refuses_a_missing_checkpo
         .startswith(f"probe_games.py: error: {tmp_path / 'none'}: no such run folder")
     )
     assert "Traceback" not in missing.stderr
+
+
+def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
+    pong = tmp_path / "pong"
+    save_checkpoints(
+        str(pong),
+        level_name="PongNoFrameskip-v4",
+        agent_name="ShallowConvNetAgent",
+        shape=(84, 84, 4),
+        num_actions=6,
+    )
+    completed = _run(str(pong), "--num_games=1", script="pong_points")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    lines = completed.stdout.splitlines()
+    assert lines[0] == f"{pong / 'checkpoints' / 'ckpt-7'}: 1 games (sampled policy)"
+    game = lines[1].split()
+    outcomes = game[3]
+    # A near-random policy: the computer wins the game, 21 points to a few.
+    assert (outcomes.count("l"), int(game[2])) == (21, outcomes.count("W") - 21)
+    assert lines[2:4] == ["  games won (0):", "  games lost (1):"]
+    untouched, lost = lines[4].split(": ")[1].split(" of ")
+    assert lines[4].startswith("    points lost without touching the ball: ")
+    assert int(lost) == 21 and 0 < int(untouched) <= 21
+    # Every point after the first is served to the loser of the one before.
+    served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[5:7] if "of" in line)
+    assert served_to_agent == outcomes[:-1].count("l")
+    cartpole = _run(str(tmp_path / "none"), script="pong_points")
+    assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr
+    save_checkpoints(str(tmp_path / "cartpole"))
+    cartpole = _run(str(tmp_path / "cartpole"), script="pong_points")
+    assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr
+    assert cartpole.stderr.strip().splitlines()[-1] == (
+        f"pong_points.py: error: {tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: "
+        "trained on 'CartPole-v1', not Pong"
+    )
 
 
 @pytest.mark.parametrize(

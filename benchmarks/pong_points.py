@@ -1,0 +1,156 @@
+"""Point by point, how a Pong checkpoint wins and loses, read from the emulator's memory.
+
+  python -m benchmarks.pong_points runs/pong                  # the run's latest checkpoint
+  python -m benchmarks.pong_points runs/pong/checkpoints/ckpt-7813 --num_games=16
+
+Plays `--num_games` games at once with the sampled policy, in the evaluation environments
+(Gymnasium's ALE, one per game, whose memory can be read), and reads the ball's position from
+the console's RAM at every step. Prints each game's score and its points in order (W won, l
+lost), then, for the games won and the games lost apart:
+  * the points lost without the agent's paddle touching the ball (a policy that misses the
+    ball) against all points lost (a policy that returns it and loses the rally);
+  * the share won of the points served to the agent (the serve goes to the loser of the
+    previous point) and of those served to the computer, each by the serve's vertical
+    direction: a policy that has found a winning return of one kind of serve wins nearly all
+    of those and few of the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+from absl import app, flags
+
+from impala import envs
+from impala.evaluation import restore
+from impala.evaluation.play import Policy
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_games", 16, "Games played together.", lower_bound=1, upper_bound=256)
+flags.DEFINE_integer("seed", 100, "Seeds the games and the sampled actions.", lower_bound=0)
+
+# Pong's RAM: the ball's x (the agent's paddle is on the right, the computer's on the left) and
+# y (down the screen). The ball rests at one of these x values between points.
+BALL_X, BALL_Y = 49, 54
+MIDLINE_X = 128
+_CENTRE = 8  # a served ball appears within this of the midline
+_SERVE_JUMP = 16  # ... coming from further than the fastest ball moves in a step
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    won: bool
+    touches: int  # times the agent's paddle sent the ball back
+    served_to_agent: bool | None  # None: the ball never moved (the game ended first)
+    served_down: bool | None
+
+
+def point_of(ball_x: np.ndarray, ball_y: np.ndarray, reward: float) -> Point:
+    """What happened in one point from the ball's positions at each of its steps."""
+    ball_x = np.asarray(ball_x, np.int64)
+    ball_y = np.asarray(ball_y, np.int64)
+    served_to_agent = served_down = None
+    # The serve: the ball appears at the centre (a jump from where it rested) and moves on.
+    appears = np.flatnonzero(
+        (np.abs(np.diff(ball_x)) > _SERVE_JUMP) & (np.abs(ball_x[1:] - MIDLINE_X) <= _CENTRE)
+    )
+    if len(appears) and appears[0] + 2 < len(ball_x):
+        serve = appears[0] + 1
+        served_to_agent = bool(ball_x[serve + 1] > ball_x[serve])
+        served_down = bool(ball_y[serve + 1] > ball_y[serve])
+    dx = np.diff(ball_x)
+    # The agent sends the ball back: moving right, then left (not reappearing at the centre),
+    # on its half of the court.
+    turns = (dx[:-1] > 0) & (dx[1:] < 0) & (dx[1:] >= -_SERVE_JUMP) & (ball_x[1:-1] > MIDLINE_X)
+    return Point(reward > 0, int(turns.sum()), served_to_agent, served_down)
+
+
+def split_points(ball_x, ball_y, rewards) -> list[Point]:
+    """A game's points from its per-step ball positions and rewards (a point ends at a reward)."""
+    points, start = [], 0
+    for end in np.flatnonzero(np.asarray(rewards) != 0):
+        points.append(point_of(ball_x[start : end + 1], ball_y[start : end + 1], rewards[end]))
+        start = end + 1
+    return points
+
+
+def play_games(checkpoint: str, num_games: int, seed: int) -> tuple[str, list[list[Point]]]:
+    """The checkpoint's path and the points of each of `num_games` games."""
+    path = restore.resolve_checkpoint(checkpoint)
+    identity = restore.read_identity(path)
+    if "Pong" not in str(identity.get("level_name")):
+        raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
+    agent = restore.restore_agent(path, identity)
+    config = restore.environment_config(identity, num_games, seed)
+    traces = [([], [], []) for _ in range(num_games)]
+    games: list[list[Point] | None] = [None] * num_games
+    with envs.make_evaluation_environment(config) as env:
+        policy = Policy(agent, greedy=False, seed=seed)
+        step = env.reset()
+        policy.reset(num_games, 0)
+        while any(game is None for game in games):
+            actions, _ = policy(step)
+            rams = env.ram()  # the ball where the agent chose its action
+            step = env.step(actions)
+            for index, (xs, ys, rewards) in enumerate(traces):
+                if games[index] is not None:
+                    continue
+                xs.append(rams[index][BALL_X])
+                ys.append(rams[index][BALL_Y])
+                rewards.append(step.reward[index])
+                if step.done[index]:
+                    games[index] = split_points(np.array(xs), np.array(ys), np.array(rewards))
+    return path, games
+
+
+def _share(points: list[Point]) -> str:
+    if not points:
+        return "-"
+    return f"{sum(p.won for p in points) / len(points):.0%} of {len(points)}"
+
+
+def report(path: str, games: list[list[Point]]) -> list[str]:
+    lines = [f"{path}: {len(games)} games (sampled policy)"]
+    for index, points in enumerate(games):
+        score = sum(1 if p.won else -1 for p in points)
+        outcomes = "".join("W" if p.won else "l" for p in points)
+        lines.append(f"  game {index:>3}: {score:+3d}  {outcomes}")
+    for name, chosen in (
+        ("games won", [g for g in games if sum(p.won for p in g) * 2 > len(g)]),
+        ("games lost", [g for g in games if sum(p.won for p in g) * 2 <= len(g)]),
+    ):
+        points = [p for g in chosen for p in g]
+        lost = [p for p in points if not p.won]
+        lines.append(f"  {name} ({len(chosen)}):")
+        if not chosen:
+            continue
+        untouched = sum(p.touches == 0 for p in lost)
+        lines.append(f"    points lost without touching the ball: {untouched} of {len(lost)}")
+        for to_agent, whom in ((True, "agent"), (False, "computer")):
+            for down, where in ((True, "down"), (False, "up")):
+                served = [
+                    p for p in points if (p.served_to_agent, p.served_down) == (to_agent, down)
+                ]
+                lines.append(f"    won, served to the {whom} going {where}: {_share(served)}")
+    return lines
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2:
+        raise app.UsageError("give one checkpoint or run folder")
+    try:
+        path, games = play_games(argv[1], FLAGS.num_games, FLAGS.seed)
+    except ValueError as error:
+        message = str(error).removeprefix("--checkpoint=")
+        print(f"pong_points.py: error: {message}", file=sys.stderr)
+        sys.exit(1)
+    print("\n".join(report(path, games)))
+
+
+if __name__ == "__main__":
+    app.run(main)

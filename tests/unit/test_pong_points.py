@@ -1,0 +1,65 @@
+"""benchmarks.pong_points: a Pong game's points told apart from the ball's positions."""
+
+import numpy as np
+
+from benchmarks import pong_points
+from benchmarks.pong_points import Point
+
+
+def _moving(start, stop, step):
+    return list(range(start, stop, step))
+
+
+def test_points_are_told_from_the_balls_path():
+    # Point 1: the ball rests (x 0), appears at the centre and is served to the computer
+    # going down; the computer returns it at x 69, the agent at 188 (a fast shot back), the
+    # computer again at 68, and the ball passes the agent (x 206): lost after one touch.
+    xs1 = [0] * 5 + _moving(125, 68, -4) + _moving(69, 188, 4) + [188] + _moving(176, 67, -12)
+    xs1 += [*_moving(68, 200, 12), 206]
+    ys1 = list(range(100, 100 + len(xs1)))
+    # Point 2: from rest at 206, served to the agent going up, never touched: lost.
+    xs2 = [206] * 4 + _moving(131, 206, 4) + [206]
+    ys2 = list(range(200, 200 - len(xs2), -1))
+    # Point 3: begins with the last move of the ball past the agent (no touch), rests, is
+    # served to the computer going down, and passes it (x 51): won without a touch.
+    xs3 = [200, 206, 206, *_moving(126, 51, -4), 51]
+    ys3 = list(range(50, 50 + len(xs3)))
+    xs, ys = xs1 + xs2 + xs3, ys1 + ys2 + ys3
+    rewards = np.zeros(len(xs))
+    rewards[[len(xs1) - 1, len(xs1) + len(xs2) - 1, len(xs) - 1]] = [-1, -1, 1]
+    points = pong_points.split_points(np.array(xs), np.array(ys), rewards)
+    assert points == [
+        Point(won=False, touches=1, served_to_agent=False, served_down=True),
+        Point(won=False, touches=0, served_to_agent=True, served_down=False),
+        Point(won=True, touches=0, served_to_agent=False, served_down=True),
+    ]
+
+
+def test_a_game_that_ends_before_the_serve_has_no_serve():
+    assert pong_points.point_of([206, 206, 206], [1, 2, 3], -1.0) == Point(False, 0, None, None)
+
+
+def test_report_splits_won_and_lost_games_and_their_serves():
+    serve_down = Point(won=True, touches=1, served_to_agent=True, served_down=True)
+    lost_up = Point(won=False, touches=1, served_to_agent=False, served_down=False)
+    missed = Point(won=False, touches=0, served_to_agent=True, served_down=True)
+    won_game = [serve_down, lost_up] * 20 + [serve_down]  # 21 to 20
+    lost_game = [missed] * 15 + [serve_down] + [lost_up] * 6  # 1 to 21
+    lines = pong_points.report("ckpt-7", [won_game, lost_game])
+    assert lines == [
+        "ckpt-7: 2 games (sampled policy)",
+        "  game   0:  +1  " + "Wl" * 20 + "W",
+        "  game   1: -20  " + "l" * 15 + "W" + "l" * 6,
+        "  games won (1):",
+        "    points lost without touching the ball: 0 of 20",
+        "    won, served to the agent going down: 100% of 21",
+        "    won, served to the agent going up: -",
+        "    won, served to the computer going down: -",
+        "    won, served to the computer going up: 0% of 20",
+        "  games lost (1):",
+        "    points lost without touching the ball: 15 of 21",
+        "    won, served to the agent going down: 6% of 16",
+        "    won, served to the agent going up: -",
+        "    won, served to the computer going down: -",
+        "    won, served to the computer going up: 0% of 6",
+    ]
