@@ -5,8 +5,11 @@
 
 Plays `--num_games` games at once with the sampled policy, in the evaluation environments
 (Gymnasium's ALE, one per game, whose memory can be read), and reads the ball's position from
-the console's RAM at every step. Prints each game's score and its points in order (W won, l
-lost), then, for the games won and the games lost apart:
+the console's RAM at every step. Prints each game's score, the frame its play began on (after
+the random no-ops) and its points in order (W won, l lost); the games that began on an odd
+frame and on an even one apart (Pong moves the paddle on two-frame cycles and the frame skip
+of 4 keeps a game's parity, so a policy can play one kind well and the other badly); then, for
+the games won and the games lost apart:
   * the points lost without the agent's paddle touching the ball (a policy that misses the
     ball) against all points lost (a policy that returns it and loses the rally);
   * the share won of the points served to the agent (the serve goes to the loser of the
@@ -31,8 +34,14 @@ from impala.evaluation import restore
 from impala.evaluation.play import Policy
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("num_games", 16, "Games played together.", lower_bound=1, upper_bound=256)
-flags.DEFINE_integer("seed", 100, "Seeds the games and the sampled actions.", lower_bound=0)
+
+
+def _define_flags() -> None:
+    # Defined only when run as a script: the tests import this module beside experiment.py,
+    # whose --seed is another flag.
+    flags.DEFINE_integer("num_games", 16, "Games played together.", lower_bound=1, upper_bound=256)
+    flags.DEFINE_integer("seed", 100, "Seeds the games and the sampled actions.", lower_bound=0)
+
 
 # Pong's RAM: the ball's x (the agent's paddle is on the right, the computer's on the left) and
 # y (down the screen). The ball rests at one of these x values between points.
@@ -79,8 +88,11 @@ def split_points(ball_x, ball_y, rewards) -> list[Point]:
     return points
 
 
-def play_games(checkpoint: str, num_games: int, seed: int) -> tuple[str, list[list[Point]]]:
-    """The checkpoint's path and the points of each of `num_games` games."""
+def play_games(
+    checkpoint: str, num_games: int, seed: int
+) -> tuple[str, list[list[Point]], np.ndarray]:
+    """The checkpoint's path, the points of each of `num_games` games, and the emulator frames
+    (no-ops and FIRE) each game started with."""
     path = restore.resolve_checkpoint(checkpoint)
     identity = restore.read_identity(path)
     if "Pong" not in str(identity.get("level_name")):
@@ -92,6 +104,7 @@ def play_games(checkpoint: str, num_games: int, seed: int) -> tuple[str, list[li
     with envs.make_evaluation_environment(config) as env:
         policy = Policy(agent, greedy=False, seed=seed)
         step = env.reset()
+        start_frames = env.episode_frames()
         policy.reset(num_games, 0)
         while any(game is None for game in games):
             actions, _ = policy(step)
@@ -105,7 +118,7 @@ def play_games(checkpoint: str, num_games: int, seed: int) -> tuple[str, list[li
                 rewards.append(step.reward[index])
                 if step.done[index]:
                     games[index] = split_points(np.array(xs), np.array(ys), np.array(rewards))
-    return path, games
+    return path, games, start_frames
 
 
 def _share(points: list[Point]) -> str:
@@ -114,12 +127,22 @@ def _share(points: list[Point]) -> str:
     return f"{sum(p.won for p in points) / len(points):.0%} of {len(points)}"
 
 
-def report(path: str, games: list[list[Point]]) -> list[str]:
+def _score(points: list[Point]) -> int:
+    return sum(1 if p.won else -1 for p in points)
+
+
+def report(path: str, games: list[list[Point]], start_frames) -> list[str]:
     lines = [f"{path}: {len(games)} games (sampled policy)"]
-    for index, points in enumerate(games):
-        score = sum(1 if p.won else -1 for p in points)
+    for index, (points, start) in enumerate(zip(games, start_frames, strict=True)):
         outcomes = "".join("W" if p.won else "l" for p in points)
-        lines.append(f"  game {index:>3}: {score:+3d}  {outcomes}")
+        lines.append(f"  game {index:>3}: {_score(points):+3d} (from frame {start:>2})  {outcomes}")
+    # Frame skip 4 keeps the start's parity all game long, and Pong moves the paddle on
+    # two-frame cycles: the same action moves it differently in odd and even games.
+    for parity, name in ((1, "odd"), (0, "even")):
+        scores = [_score(g) for g, f in zip(games, start_frames, strict=True) if f % 2 == parity]
+        mean = f"mean {np.mean(scores):+.1f}, " if scores else ""
+        won = sum(score > 0 for score in scores)
+        lines.append(f"  games from an {name} frame: {len(scores)} ({mean}{won} won)")
     for name, chosen in (
         ("games won", [g for g in games if sum(p.won for p in g) * 2 > len(g)]),
         ("games lost", [g for g in games if sum(p.won for p in g) * 2 <= len(g)]),
@@ -144,13 +167,14 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise app.UsageError("give one checkpoint or run folder")
     try:
-        path, games = play_games(argv[1], FLAGS.num_games, FLAGS.seed)
+        path, games, start_frames = play_games(argv[1], FLAGS.num_games, FLAGS.seed)
     except ValueError as error:
         message = str(error).removeprefix("--checkpoint=")
         print(f"pong_points.py: error: {message}", file=sys.stderr)
         sys.exit(1)
-    print("\n".join(report(path, games)))
+    print("\n".join(report(path, games, start_frames)))
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

@@ -127,6 +127,12 @@ class _SerialBackend:
             raise ValueError(f"{self._level_name!r} is not an Atari game: it has no console memory")
         return np.stack([env.unwrapped.ale.getRAM() for env in self._envs])
 
+    def episode_frames(self) -> np.ndarray:
+        """Emulator frames each console has run in its current game, int64 [N] (Atari only)."""
+        if not self._atari:
+            raise ValueError(f"{self._level_name!r} is not an Atari game: it has no console")
+        return np.array([env.unwrapped.ale.getEpisodeFrameNumber() for env in self._envs])
+
     def render(self, final: bool) -> np.ndarray:
         """RGB screens, uint8 [N, height, width, 3]; see `VectorEnvironment.render`."""
         if not self._keep_screens:

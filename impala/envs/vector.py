@@ -119,13 +119,29 @@ class VectorEnvironment:
         Raises:
             ValueError: The vector was built for training, or its id is not an Atari game.
         """
+        return self._console_backend().ram()
+
+    def episode_frames(self) -> np.ndarray:
+        """Emulator frames each Atari console has run in its current game, int64 [N].
+
+        Right after a game starts, the no-op and FIRE frames it started with. With an even
+        frame skip their parity holds for the whole game; games that act on two-frame cycles
+        (Pong moves the paddle so) respond to the same action differently in odd and even ones.
+        Only for vectors from `make_evaluation_environment(config)` of an Atari id.
+
+        Raises:
+            ValueError: As `ram()`.
+        """
+        return self._console_backend().episode_frames()
+
+    def _console_backend(self) -> _SerialBackend:
         self._check_open()
         if not isinstance(self._backend, _SerialBackend):
             raise ValueError(
                 f"{self._config.level_name!r} was built for training, its consoles unseen: use "
                 f"make_evaluation_environment(config)"
             )
-        return self._backend.ram()
+        return self._backend
 
     @property
     def screen_fps(self) -> float | None:

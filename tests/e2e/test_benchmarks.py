@@ -163,16 +163,21 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
     assert completed.returncode == 0, completed.stderr[-2000:]
     lines = completed.stdout.splitlines()
     assert lines[0] == f"{pong / 'checkpoints' / 'ckpt-7'}: 1 games (sampled policy)"
-    game = lines[1].split()
-    outcomes = game[3]
+    _, _, score, _, _, start, outcomes = lines[1].split()
+    start = int(start.rstrip(")"))
+    assert 1 <= start <= 29  # after 0-29 no-op frames and FIRE's
     # A near-random policy: the computer wins the game, 21 points to a few.
-    assert (outcomes.count("l"), int(game[2])) == (21, outcomes.count("W") - 21)
-    assert lines[2:4] == ["  games won (0):", "  games lost (1):"]
-    untouched, lost = lines[4].split(": ")[1].split(" of ")
-    assert lines[4].startswith("    points lost without touching the ball: ")
+    assert (outcomes.count("l"), int(score)) == (21, outcomes.count("W") - 21)
+    parities = ["  games from an odd frame: 0 (0 won)", "  games from an even frame: 0 (0 won)"]
+    parity = "even" if start % 2 == 0 else "odd"
+    parities[start % 2 == 0] = f"  games from an {parity} frame: 1 (mean {int(score):+.1f}, 0 won)"
+    assert lines[2:4] == parities
+    assert lines[4:6] == ["  games won (0):", "  games lost (1):"]
+    untouched, lost = lines[6].split(": ")[1].split(" of ")
+    assert lines[6].startswith("    points lost without touching the ball: ")
     assert int(lost) == 21 and 0 < int(untouched) <= 21
     # Every point after the first is served to the loser of the one before.
-    served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[5:7] if "of" in line)
+    served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[7:9] if "of" in line)
     assert served_to_agent == outcomes[:-1].count("l")
     cartpole = _run(str(tmp_path / "none"), script="pong_points")
     assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr

@@ -39,17 +39,19 @@ def test_a_game_that_ends_before_the_serve_has_no_serve():
     assert pong_points.point_of([206, 206, 206], [1, 2, 3], -1.0) == Point(False, 0, None, None)
 
 
-def test_report_splits_won_and_lost_games_and_their_serves():
+def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serve():
     serve_down = Point(won=True, touches=1, served_to_agent=True, served_down=True)
     lost_up = Point(won=False, touches=1, served_to_agent=False, served_down=False)
     missed = Point(won=False, touches=0, served_to_agent=True, served_down=True)
     won_game = [serve_down, lost_up] * 20 + [serve_down]  # 21 to 20
     lost_game = [missed] * 15 + [serve_down] + [lost_up] * 6  # 1 to 21
-    lines = pong_points.report("ckpt-7", [won_game, lost_game])
+    lines = pong_points.report("ckpt-7", [won_game, lost_game], [13, 4])
     assert lines == [
         "ckpt-7: 2 games (sampled policy)",
-        "  game   0:  +1  " + "Wl" * 20 + "W",
-        "  game   1: -20  " + "l" * 15 + "W" + "l" * 6,
+        "  game   0:  +1 (from frame 13)  " + "Wl" * 20 + "W",
+        "  game   1: -20 (from frame  4)  " + "l" * 15 + "W" + "l" * 6,
+        "  games from an odd frame: 1 (mean +1.0, 1 won)",
+        "  games from an even frame: 1 (mean -20.0, 0 won)",
         "  games won (1):",
         "    points lost without touching the ball: 0 of 20",
         "    won, served to the agent going down: 100% of 21",

@@ -120,6 +120,7 @@ def test_console_memory_is_each_evaluation_games_own():
         start = env.ram()
         assert start.shape == (2, 128) and start.dtype == np.uint8
         np.testing.assert_array_equal(start[0], start[1])  # No no-ops: the same start.
+        np.testing.assert_array_equal(env.episode_frames(), [1, 1])  # FIRE's frame
         for _ in range(10):  # Game 0 moves its paddle up (RIGHT, action 2); game 1 stays.
             step = env.step(np.array([2, 0]))
         paddles = env.ram()[:, 51].astype(int)
@@ -128,17 +129,31 @@ def test_console_memory_is_each_evaluation_games_own():
             step = env.step(np.zeros(2, np.int64))
         np.testing.assert_array_equal(step.reward, [-1, -1])
         np.testing.assert_array_equal(env.ram()[:, 13:15], [[1, 0], [1, 0]])
+        assert (env.episode_frames() % 4 == 1).all()  # 4 frames a step after FIRE's
+
+
+def test_games_start_after_a_random_number_of_frames():
+    config = EnvConfig("PongNoFrameskip-v4", num_envs=12, seed=2, noop_max=30)
+    with make_evaluation_environment(config) as env:
+        env.reset()
+        start = env.episode_frames()
+        assert start.dtype == np.int64 and ((start >= 1) & (start <= 29)).all()
+        assert len(set(start % 2)) == 2  # odd and even starts
+        env.step(np.zeros(12, np.int64))
+        np.testing.assert_array_equal(env.episode_frames(), start + 4)
 
 
 def test_console_memory_only_of_evaluation_atari_games():
     with make_environment(EnvConfig("PongNoFrameskip-v4", num_envs=1)) as env:
         env.reset()
-        with pytest.raises(ValueError, match="was built for training, its consoles unseen"):
-            env.ram()
+        for read in (env.ram, env.episode_frames):
+            with pytest.raises(ValueError, match="was built for training, its consoles unseen"):
+                read()
     with make_evaluation_environment(EnvConfig("CartPole-v1")) as env:
         env.reset()
-        with pytest.raises(ValueError, match="'CartPole-v1' is not an Atari game"):
-            env.ram()
+        for read in (env.ram, env.episode_frames):
+            with pytest.raises(ValueError, match="'CartPole-v1' is not an Atari game"):
+                read()
 
 
 # --------------------------------------------------------------------------- #
