@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 from absl import app, flags
 
+from benchmarks import checkpoint_tools
 from impala import envs
 from impala.evaluation import restore
 from impala.evaluation.play import Policy
@@ -93,11 +93,9 @@ def play_games(
 ) -> tuple[str, list[list[Point]], np.ndarray]:
     """The checkpoint's path, the points of each of `num_games` games, and the emulator frames
     (no-ops and FIRE) each game started with."""
-    path = restore.resolve_checkpoint(checkpoint)
-    identity = restore.read_identity(path)
+    path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
-    agent = restore.restore_agent(path, identity)
     config = restore.environment_config(identity, num_games, seed)
     traces = [([], [], []) for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games
@@ -144,8 +142,8 @@ def report(path: str, games: list[list[Point]], start_frames) -> list[str]:
         won = sum(score > 0 for score in scores)
         lines.append(f"  games from an {name} frame: {len(scores)} ({mean}{won} won)")
     for name, chosen in (
-        ("games won", [g for g in games if sum(p.won for p in g) * 2 > len(g)]),
-        ("games lost", [g for g in games if sum(p.won for p in g) * 2 <= len(g)]),
+        ("games won", [g for g in games if _score(g) > 0]),
+        ("games lost", [g for g in games if _score(g) <= 0]),
     ):
         points = [p for g in chosen for p in g]
         lost = [p for p in points if not p.won]
@@ -166,12 +164,8 @@ def report(path: str, games: list[list[Point]], start_frames) -> list[str]:
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise app.UsageError("give one checkpoint or run folder")
-    try:
+    with checkpoint_tools.one_line_errors("pong_points.py"):
         path, games, start_frames = play_games(argv[1], FLAGS.num_games, FLAGS.seed)
-    except ValueError as error:
-        message = str(error).removeprefix("--checkpoint=")
-        print(f"pong_points.py: error: {message}", file=sys.stderr)
-        sys.exit(1)
     print("\n".join(report(path, games, start_frames)))
 
 

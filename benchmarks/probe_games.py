@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 from absl import app, flags
 
+from benchmarks import checkpoint_tools
 from impala import envs
 from impala.evaluation import restore
 from impala.evaluation.play import Policy
@@ -37,9 +37,7 @@ _PONG_BINS = (-21.5, -15.5, -10.5, -5.5, -0.5, 4.5, 9.5, 14.5, 21.5)
 
 def play_games(checkpoint: str, num_envs: int, games_per_env: int, seed: int) -> list[list]:
     """Each environment's scores, in the order its games ended ([num_envs] lists)."""
-    path = restore.resolve_checkpoint(checkpoint)
-    identity = restore.read_identity(path)
-    agent = restore.restore_agent(path, identity)
+    path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     config = restore.environment_config(identity, num_envs, seed)
     scores = collections.defaultdict(list)
     with envs.make_environment(config) as env:
@@ -58,13 +56,8 @@ def play_games(checkpoint: str, num_envs: int, games_per_env: int, seed: int) ->
 def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise app.UsageError("give one checkpoint or run folder")
-    try:
+    with checkpoint_tools.one_line_errors("probe_games.py"):
         by_env = play_games(argv[1], FLAGS.num_envs, FLAGS.games_per_env, FLAGS.seed)
-    except ValueError as error:
-        # The checkpoint is this script's argument, not experiment.py's --checkpoint flag.
-        message = str(error).removeprefix("--checkpoint=")
-        print(f"probe_games.py: error: {message}", file=sys.stderr)
-        sys.exit(1)
     for index, scores in enumerate(by_env):
         print(f"  environment {index:>2}: {' '.join(f'{s:+.0f}' for s in scores)}")
     every = np.concatenate(by_env)

@@ -123,15 +123,17 @@ class _SerialBackend:
 
     def ram(self) -> np.ndarray:
         """Each console's 128 bytes of memory, uint8 [N, 128] (Atari only)."""
-        if not self._atari:
-            raise ValueError(f"{self._level_name!r} is not an Atari game: it has no console memory")
-        return np.stack([env.unwrapped.ale.getRAM() for env in self._envs])
+        return np.stack([console.getRAM() for console in self._consoles()])
 
     def episode_frames(self) -> np.ndarray:
         """Emulator frames each console has run in its current game, int64 [N] (Atari only)."""
+        return np.array([console.getEpisodeFrameNumber() for console in self._consoles()])
+
+    def _consoles(self) -> list:
+        """Each game's ALE interface; a one-line ValueError for a game that is not Atari's."""
         if not self._atari:
             raise ValueError(f"{self._level_name!r} is not an Atari game: it has no console")
-        return np.array([env.unwrapped.ale.getEpisodeFrameNumber() for env in self._envs])
+        return [env.unwrapped.ale for env in self._envs]
 
     def render(self, final: bool) -> np.ndarray:
         """RGB screens, uint8 [N, height, width, 3]; see `VectorEnvironment.render`."""
