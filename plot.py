@@ -37,6 +37,13 @@ flags.DEFINE_integer(
     "smooth", 20, "Episodes in the moving mean drawn over the raw returns (1: none).", lower_bound=1
 )
 flags.DEFINE_string("title", "", "Title above both panels (default: none).")
+flags.DEFINE_float(
+    "window_frames",
+    0,
+    "Also print each run's mean return over the games that ended in each window of this many "
+    "frames, e.g. 5e5 (0: not).",
+    lower_bound=0,
+)
 
 RETURN_TAG = "episode/return"
 TRAINING_SECS_TAG = "time/training_secs"
@@ -320,8 +327,27 @@ def summary_line(curve: Curve, out: str) -> str:
     )
 
 
-def plot_runs(run_folders: list[str], out: str, smooth: int = 20, title: str = "") -> list[str]:
-    """Draws the runs' learning curves into the PNG `out`. Returns one summary line per run."""
+def window_line(curve: Curve, window_frames: float) -> str:
+    """The mean return of the games that ended in each window of `window_frames` frames, e.g.
+
+    pong: mean return of the games ending in each 0.5M frames from 0M: -20.5, ..., 9.5M: +15.8
+    """
+    ends = np.floor(curve.frames / window_frames).astype(np.int64)
+    means = [
+        f"{start * window_frames / 1e6:g}M: {curve.returns[ends == start].mean():+.1f}"
+        for start in np.unique(ends)
+    ]
+    return (
+        f"{curve.name}: mean return of the games ending in each {window_frames / 1e6:g}M frames "
+        f"from {', '.join(means)}"
+    )
+
+
+def plot_runs(
+    run_folders: list[str], out: str, smooth: int = 20, title: str = "", window_frames: float = 0
+) -> list[str]:
+    """Draws the runs' learning curves into the PNG `out`. Returns one summary line per run,
+    and with `window_frames` one more per run (`window_line`)."""
     if smooth < 1:
         raise PlotError(f"--smooth={smooth}: must be >= 1 (1: no smoothing)")
     check_out(out)
@@ -330,7 +356,10 @@ def plot_runs(run_folders: list[str], out: str, smooth: int = 20, title: str = "
         for folder, name in zip(run_folders, run_names(run_folders), strict=True)
     ]
     write_png(draw(curves, title), out)
-    return [summary_line(curve, out) for curve in curves]
+    lines = [summary_line(curve, out) for curve in curves]
+    if window_frames:
+        lines += [window_line(curve, window_frames) for curve in curves]
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -339,7 +368,7 @@ def main(argv: list[str]) -> int:
     # summary_iterator's deprecation notice is noise for users of this command.
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     try:
-        lines = plot_runs(argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title)
+        lines = plot_runs(argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title, FLAGS.window_frames)
     except PlotError as error:
         print(f"plot.py: error: {error}", file=sys.stderr)
         return 2

@@ -262,3 +262,25 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(plot.PlotError, match="No space left on device"):
         plot.plot_runs([str(tmp_path / "run")], str(tmp_path / "curves.png"))
     assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window(tmp_path):
+    write_events(
+        tmp_path / "pong",
+        steps=[100_000, 400_000, 600_000, 900_000, 1_700_000],
+        returns=[-21.0, -20.0, -15.0, -10.0, 3.0],
+        training_secs=None,
+    )
+    out = tmp_path / "pong.png"
+    result = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=5e5")
+    assert result.returncode == 0, result.stderr
+    summary, windows = result.stdout.splitlines()
+    assert summary.startswith("pong: 5 episodes, ")
+    # No game ended between 1M and 1.5M frames: that window is left out.
+    assert windows == (
+        "pong: mean return of the games ending in each 0.5M frames from 0M: -20.5, "
+        "0.5M: -12.5, 1.5M: +3.0"
+    )
+    bad = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=-1")
+    assert bad.returncode != 0
+    assert "flag --window_frames=-1" in bad.stderr and "Traceback" not in bad.stderr
