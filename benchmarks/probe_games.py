@@ -27,9 +27,11 @@ from impala.evaluation import restore
 from impala.evaluation.play import Policy
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("num_envs", 16, "Environments stepped together (an actor's default).")
+flags.DEFINE_integer(
+    "num_envs", 16, "Environments stepped together (an actor's default).", lower_bound=1
+)
 flags.DEFINE_integer("games_per_env", 2, "Games each environment finishes.", lower_bound=1)
-flags.DEFINE_integer("seed", 100, "Seeds the environments and the sampled actions.")
+flags.DEFINE_integer("seed", 100, "Seeds the environments and the sampled actions.", lower_bound=0)
 
 # Score bins for Pong-like games from -21 to 21; other games get their own range.
 _PONG_BINS = (-21.5, -15.5, -10.5, -5.5, -0.5, 4.5, 9.5, 14.5, 21.5)

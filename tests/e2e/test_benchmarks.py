@@ -191,6 +191,23 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "script, flag",
+    [
+        ("probe_games", "--num_envs=0"),
+        ("probe_games", "--games_per_env=0"),
+        ("probe_games", "--seed=-1"),
+        ("pong_points", "--num_games=0"),
+        ("pong_points", "--num_games=257"),
+        ("pong_points", "--seed=-1"),
+    ],
+)
+def test_game_probes_refuse_bad_flags_in_one_line(tmp_path, script, flag):
+    completed = _run(str(tmp_path), flag, script=script)
+    assert completed.returncode != 0
+    assert f"flag {flag}: " in completed.stderr and "Traceback" not in completed.stderr
+
+
+@pytest.mark.parametrize(
     "flag, message",
     [
         ("--batch_reuse=0", "--batch_reuse=0: must be at least 1"),
