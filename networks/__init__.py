@@ -16,6 +16,7 @@ from networks.agents import (
     ResNetAgent,
     ResNetLSTMAgent,
     ShallowConvNetAgent,
+    ShallowConvNetLastActionAgent,
     SimpleConvNetAgent,
     make_agent,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "ResNetLSTMAgent",
     "ResettingCore",
     "ShallowConvNetAgent",
+    "ShallowConvNetLastActionAgent",
     "SimpleConvNetAgent",
     "build_variables",
     "dummy_inputs",

@@ -26,7 +26,8 @@ def _batch_apply(fn: Callable[[tf.Tensor], Any], x: tf.Tensor, num_dims: int) ->
 class FeedForwardAgent(Agent):
     """Stateless agent: torso on the observation, then policy/baseline heads.
 
-    Ignores `prev_action`, `reward` and `done`; its state is always `()`.
+    Ignores `reward` and `done`, and `prev_action` unless a subclass's `_outputs` uses it; its
+    state is always `()`.
     """
 
     def __init__(self, num_actions: int, name: str | None = None):
@@ -38,14 +39,23 @@ class FeedForwardAgent(Agent):
     def _make_torso(self) -> snt.Module:
         """Returns a module mapping observations [N, ...] to features [N, H]."""
 
+    def _outputs(self, inputs: AgentInput) -> AgentOutput:
+        """Maps inputs with one leading dim [N, ...] to outputs [N, ...]."""
+        return self._head(self._torso(inputs.observation))
+
     def __call__(self, inputs: AgentInput, state: AgentState) -> tuple[AgentOutput, AgentState]:
-        inputs = _to_tensors(inputs)
-        return self._head(self._torso(inputs.observation)), state
+        return self._outputs(_to_tensors(inputs)), state
 
     def unroll(self, inputs: AgentInput, state: AgentState) -> tuple[AgentOutput, AgentState]:
         # No time dependence, so one big [T * B] batch is both correct and fastest.
         inputs = _to_tensors(inputs)
-        return _batch_apply(lambda obs: self._head(self._torso(obs)), inputs.observation, 2), state
+        outputs = self._outputs(
+            tf.nest.map_structure(lambda x: snt.merge_leading_dims(x, 2), inputs)
+        )
+        return (
+            tf.nest.map_structure(lambda y: snt.split_leading_dim(y, inputs.done, 2), outputs),
+            state,
+        )
 
 
 class SimpleConvNetAgent(FeedForwardAgent):
@@ -60,6 +70,22 @@ class ShallowConvNetAgent(FeedForwardAgent):
 
     def _make_torso(self) -> snt.Module:
         return ShallowTorso()
+
+
+class ShallowConvNetLastActionAgent(ShallowConvNetAgent):
+    """The shallow agent with the one-hot previous action joined to its conv features.
+
+    Still stateless, but the fully connected layer sees which action led to the newest frame,
+    so it can tell from how the picture moved what a still frame does not show (in Pong, the
+    paddle answers the same action differently in games that began on odd and on even frames).
+    """
+
+    def _outputs(self, inputs: AgentInput) -> AgentOutput:
+        # A game's first step shows no action (the last one belonged to the game before, or,
+        # in a fresh environment, to none), so that training and evaluation see the same input.
+        prev_action = tf.one_hot(inputs.prev_action, self.num_actions, dtype=tf.float32)
+        prev_action *= 1.0 - tf.cast(inputs.done, tf.float32)[:, None]
+        return self._head(self._torso(inputs.observation, prev_action))
 
 
 class ResNetAgent(FeedForwardAgent):
@@ -160,6 +186,7 @@ AGENTS: dict[str, type[Agent]] = {
     for cls in (
         SimpleConvNetAgent,
         ShallowConvNetAgent,
+        ShallowConvNetLastActionAgent,
         ResNetAgent,
         ResNetLSTMAgent,
         MLPAgent,

@@ -57,11 +57,17 @@ class ConvStackTorso(snt.Module):
         ]
         self._linear = snt.Linear(hidden_size, w_init=relu_orthogonal())
 
-    def __call__(self, observation: tf.Tensor) -> tf.Tensor:
+    def __call__(self, observation: tf.Tensor, extra: tf.Tensor | None = None) -> tf.Tensor:
+        """Maps `observation` [N, H, W, C] (and `extra` float32 [N, E], if given, joined to the
+        convolutions' flattened output before the fully connected layer) to [N, hidden_size].
+        """
         x = scale_pixels(observation)
         for conv in self._convs:
             x = tf.nn.relu(conv(x))
-        return tf.nn.relu(self._linear(snt.Flatten()(x)))
+        x = snt.Flatten()(x)
+        if extra is not None:
+            x = tf.concat([x, extra], axis=-1)
+        return tf.nn.relu(self._linear(x))
 
 
 class DQNTorso(ConvStackTorso):

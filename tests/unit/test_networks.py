@@ -20,6 +20,7 @@ FEED_FORWARD_AGENTS = [n for n in ALL_AGENTS if n != "ResNetLSTMAgent"]
 EXPECTED_NUM_VARIABLES = {
     "SimpleConvNetAgent": 2 * (3 + 1) + 4,
     "ShallowConvNetAgent": 2 * (2 + 1) + 4,
+    "ShallowConvNetLastActionAgent": 2 * (2 + 1) + 4,
     "ResNetAgent": 2 * (3 * 5 + 1) + 4,
     "ResNetLSTMAgent": 2 * (3 * 5 + 1) + 3 + 4,
     "MLPAgent": 2 * 2 + 4,
@@ -190,7 +191,13 @@ def test_variables_created_once(agent_name):
 def test_layer_sizes():
     shapes = {
         name: {v.name: tuple(v.shape) for v in built_agent(name).trainable_variables}
-        for name in ("SimpleConvNetAgent", "ShallowConvNetAgent", "ResNetLSTMAgent", "MLPAgent")
+        for name in (
+            "SimpleConvNetAgent",
+            "ShallowConvNetAgent",
+            "ShallowConvNetLastActionAgent",
+            "ResNetLSTMAgent",
+            "MLPAgent",
+        )
     }
     # 84 -> 20 -> 9 -> 7 (VALID convs), 64 channels.
     assert shapes["SimpleConvNetAgent"]["simple_conv_net_agent/dqn_torso/linear/w:0"] == (
@@ -202,6 +209,12 @@ def test_layer_sizes():
         9 * 9 * 32,
         256,
     )
+    # The same, and the one-hot previous action.
+    last_action = shapes["ShallowConvNetLastActionAgent"]
+    assert last_action["shallow_conv_net_last_action_agent/shallow_torso/linear/w:0"] == (
+        9 * 9 * 32 + NUM_ACTIONS,
+        256,
+    )
     lstm = shapes["ResNetLSTMAgent"]
     # 84 -> 42 -> 21 -> 11 (stride-2 SAME pools), 32 channels.
     assert lstm["res_net_lstm_agent/res_net_torso/linear/w:0"] == (11 * 11 * 32, 256)
@@ -209,6 +222,46 @@ def test_layer_sizes():
     assert lstm["res_net_lstm_agent/lstm/w_i:0"] == (256 + NUM_ACTIONS + 1, 4 * 256)
     assert lstm["res_net_lstm_agent/policy_baseline_head/policy/w:0"] == (256, NUM_ACTIONS)
     assert shapes["MLPAgent"]["mlp_agent/mlp_torso/linear_0/w:0"] == (VECTOR_SHAPE[0], 64)
+
+
+@pytest.mark.parametrize("agent_name", ALL_AGENTS)
+def _logits_for_prev_actions(agent, inputs, prev_actions, done):
+    inputs = inputs._replace(
+        prev_action=np.asarray(prev_actions, np.int32), done=np.asarray(done, bool)
+    )
+    output, _ = agent(inputs, agent.initial_state(len(prev_actions)))
+    return output.policy_logits.numpy()
+
+
+def test_last_action_agent_sees_the_previous_action_except_at_a_game_start():
+    agent = built_agent("ShallowConvNetLastActionAgent")
+    one = random_inputs("ShallowConvNetLastActionAgent", (1,))
+    # The same frame four times; only the previous action and done differ.
+    frames = one._replace(
+        observation=np.repeat(one.observation, 4, axis=0),
+        reward=np.zeros(4, np.float32),
+    )
+    logits = _logits_for_prev_actions(agent, frames, [0, 3, 0, 3], [False, False, True, True])
+    assert np.abs(logits[0] - logits[1]).max() > 1e-6
+    # A game's first step: the action before it belongs to another game and is not seen.
+    np.testing.assert_array_equal(logits[2], logits[3])
+    # Unrolled, the same: [T=2, B=2].
+    unrolled = frames._replace(
+        observation=frames.observation.reshape((2, 2, *FRAME_SHAPE)),
+        prev_action=np.array([[0, 3], [0, 3]], np.int32),
+        reward=np.zeros((2, 2), np.float32),
+        done=np.array([[False, False], [True, True]]),
+    )
+    outputs, _ = agent.unroll(unrolled, ())
+    np.testing.assert_allclose(outputs.policy_logits.numpy().reshape(4, -1), logits, atol=1e-5)
+
+
+def test_plain_shallow_agent_ignores_the_previous_action():
+    agent = built_agent("ShallowConvNetAgent")
+    one = random_inputs("ShallowConvNetAgent", (1,))
+    frames = one._replace(observation=np.repeat(one.observation, 2, axis=0))
+    logits = _logits_for_prev_actions(agent, frames, [0, 3], [False, False])
+    np.testing.assert_array_equal(logits[0], logits[1])
 
 
 @pytest.mark.parametrize("agent_name", ALL_AGENTS)
