@@ -88,8 +88,8 @@ flags.DEFINE_string(
     "agent_name",
     "ShallowConvNetAgent",
     "Network: SimpleConvNetAgent, ShallowConvNetAgent, ShallowConvNetLastActionAgent (the "
-    "shallow one, also fed the previous action), ResNetAgent, ResNetLSTMAgent or MLPAgent "
-    "(case-insensitive).",
+    "shallow one, also fed the previous action), ResNetAgent, ResNetLSTMAgent, ShallowLSTMAgent "
+    "or MLPAgent (case-insensitive).",
 )
 flags.DEFINE_integer("seed", 0, "Seeds environments, action sampling and initial weights.")
 flags.DEFINE_integer(

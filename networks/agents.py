@@ -135,16 +135,20 @@ class ResettingCore(snt.RNNCore):
         return self._core(core_input, _reset_where(done, prev_state, initial_state))
 
 
-class ResNetLSTMAgent(Agent):
-    """IMPALA deep ResNet torso, then an LSTM(256) fed with the torso output, one-hot previous
-    action and clipped reward, then policy and baseline heads. State: `snt.LSTMState`.
+class LSTMAgent(Agent):
+    """A torso, then an LSTM(256) fed with the torso output, one-hot previous action and
+    clipped reward, then policy and baseline heads. State: `snt.LSTMState`.
     """
 
     def __init__(self, num_actions: int, name: str | None = None):
         super().__init__(num_actions, name=name)
-        self._torso = ResNetTorso()
+        self._torso = self._make_torso()
         self._core = ResettingCore(snt.LSTM(256))
         self._head = PolicyBaselineHead(num_actions)
+
+    @abc.abstractmethod
+    def _make_torso(self) -> snt.Module:
+        """Returns a module mapping observations [N, ...] to features [N, H]."""
 
     @property
     def is_recurrent(self) -> bool:
@@ -181,6 +185,20 @@ class ResNetLSTMAgent(Agent):
         return _batch_apply(self._head, core_output, 2), state
 
 
+class ResNetLSTMAgent(LSTMAgent):
+    """IMPALA deep ResNet torso, then the LSTM core and heads (the paper's deep agent)."""
+
+    def _make_torso(self) -> snt.Module:
+        return ResNetTorso()
+
+
+class ShallowLSTMAgent(LSTMAgent):
+    """IMPALA shallow conv torso, then the LSTM core and heads (the paper's shallow agent)."""
+
+    def _make_torso(self) -> snt.Module:
+        return ShallowTorso()
+
+
 AGENTS: dict[str, type[Agent]] = {
     cls.__name__: cls
     for cls in (
@@ -189,6 +207,7 @@ AGENTS: dict[str, type[Agent]] = {
         ShallowConvNetLastActionAgent,
         ResNetAgent,
         ResNetLSTMAgent,
+        ShallowLSTMAgent,
         MLPAgent,
     )
 }

@@ -14,7 +14,8 @@ TIME = 3
 FRAME_SHAPE = (84, 84, 4)
 VECTOR_SHAPE = (4,)
 ALL_AGENTS = sorted(networks.AGENTS)
-FEED_FORWARD_AGENTS = [n for n in ALL_AGENTS if n != "ResNetLSTMAgent"]
+RECURRENT_AGENTS = ("ResNetLSTMAgent", "ShallowLSTMAgent")
+FEED_FORWARD_AGENTS = [n for n in ALL_AGENTS if n not in RECURRENT_AGENTS]
 
 # Weights + biases: convs and linears have 2 each, snt.LSTM has 3 (w_i, w_h, b).
 EXPECTED_NUM_VARIABLES = {
@@ -23,6 +24,7 @@ EXPECTED_NUM_VARIABLES = {
     "ShallowConvNetLastActionAgent": 2 * (2 + 1) + 4,
     "ResNetAgent": 2 * (3 * 5 + 1) + 4,
     "ResNetLSTMAgent": 2 * (3 * 5 + 1) + 3 + 4,
+    "ShallowLSTMAgent": 2 * (2 + 1) + 3 + 4,
     "MLPAgent": 2 * 2 + 4,
 }
 
@@ -113,7 +115,7 @@ def test_unroll_shapes_and_dtypes(agent_name):
 @pytest.mark.parametrize("agent_name", ALL_AGENTS)
 def test_state_and_recurrence(agent_name):
     agent = networks.make_agent(agent_name, NUM_ACTIONS)
-    assert agent.is_recurrent == (agent_name == "ResNetLSTMAgent")
+    assert agent.is_recurrent == (agent_name in RECURRENT_AGENTS)
     if agent.is_recurrent:
         state = agent.initial_state(BATCH)
         assert isinstance(state, snt.LSTMState)
@@ -137,9 +139,10 @@ def test_unroll_equals_steps(agent_name):
     assert_nests_close(unrolled_state, stepped_state)
 
 
-def test_lstm_reset_on_done():
-    agent = built_agent("ResNetLSTMAgent")
-    inputs = random_inputs("ResNetLSTMAgent", (TIME, BATCH))
+@pytest.mark.parametrize("agent_name", RECURRENT_AGENTS)
+def test_lstm_reset_on_done(agent_name):
+    agent = built_agent(agent_name)
+    inputs = random_inputs(agent_name, (TIME, BATCH))
     state = agent.initial_state(BATCH)
     no_reset, _ = agent.unroll(inputs, state)
     inputs.done[1, 0] = True
@@ -158,9 +161,10 @@ def test_lstm_reset_on_done():
         np.testing.assert_allclose(reset[:, 1], plain[:, 1], atol=1e-6)
 
 
-def test_lstm_step_reset_on_done():
-    agent = built_agent("ResNetLSTMAgent")
-    inputs = random_inputs("ResNetLSTMAgent", (BATCH,))
+@pytest.mark.parametrize("agent_name", RECURRENT_AGENTS)
+def test_lstm_step_reset_on_done(agent_name):
+    agent = built_agent(agent_name)
+    inputs = random_inputs(agent_name, (BATCH,))
     carried = agent(inputs, agent.initial_state(BATCH))[1]
     inputs.done[:] = True
 
@@ -196,6 +200,7 @@ def test_layer_sizes():
             "ShallowConvNetAgent",
             "ShallowConvNetLastActionAgent",
             "ResNetLSTMAgent",
+            "ShallowLSTMAgent",
             "MLPAgent",
         )
     }
@@ -221,6 +226,9 @@ def test_layer_sizes():
     # Torso features, one-hot previous action and reward, into 4 gates of 256.
     assert lstm["res_net_lstm_agent/lstm/w_i:0"] == (256 + NUM_ACTIONS + 1, 4 * 256)
     assert lstm["res_net_lstm_agent/policy_baseline_head/policy/w:0"] == (256, NUM_ACTIONS)
+    shallow_lstm = shapes["ShallowLSTMAgent"]
+    assert shallow_lstm["shallow_lstm_agent/shallow_torso/linear/w:0"] == (9 * 9 * 32, 256)
+    assert shallow_lstm["shallow_lstm_agent/lstm/w_i:0"] == (256 + NUM_ACTIONS + 1, 4 * 256)
     assert shapes["MLPAgent"]["mlp_agent/mlp_torso/linear_0/w:0"] == (VECTOR_SHAPE[0], 64)
 
 
