@@ -374,6 +374,7 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
 
 
 MAX_PROCESSES = 1024
+MAX_RESTART_DELAY_SECS = 86_400
 
 
 def check_launcher_flags(num_learners: int, num_actors: int) -> None:
@@ -389,8 +390,12 @@ def check_launcher_flags(num_learners: int, num_actors: int) -> None:
     for name in ("max_actor_restarts", "max_learner_restarts"):
         if FLAGS[name].value < 0:
             raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")
-    if not FLAGS.restart_max_delay_secs >= 0:  # NaN too
-        raise ValueError(f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be >= 0")
+    if not 0 <= FLAGS.restart_max_delay_secs <= MAX_RESTART_DELAY_SECS:  # NaN too
+        # The same ceiling as run_experiment_mm_raw.py's: inf would wait forever.
+        raise ValueError(
+            f"--restart_max_delay_secs={FLAGS.restart_max_delay_secs}: must be in "
+            f"0-{MAX_RESTART_DELAY_SECS} (a day)"
+        )
     if not 0 < FLAGS.stop_timeout_secs < math.inf:
         # NaN, 0 or less would SIGKILL the learners before they save.
         raise ValueError(

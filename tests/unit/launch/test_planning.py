@@ -190,7 +190,18 @@ def test_launchers_check_the_values_the_processes_get_and_leave_their_own_flags_
         ),
         (["--max_actor_restarts=-1"], "--max_actor_restarts=-1: must be >= 0"),
         (["--max_learner_restarts=-2"], "--max_learner_restarts=-2: must be >= 0"),
-        (["--restart_max_delay_secs=nan"], "--restart_max_delay_secs=nan: must be >= 0"),
+        (
+            ["--restart_max_delay_secs=nan"],
+            "--restart_max_delay_secs=nan: must be in 0-86400 (a day)",
+        ),
+        (
+            ["--restart_max_delay_secs=inf"],
+            "--restart_max_delay_secs=inf: must be in 0-86400 (a day)",
+        ),
+        (
+            ["--restart_max_delay_secs=86401"],
+            "--restart_max_delay_secs=86401.0: must be in 0-86400 (a day)",
+        ),
         (["--stop_timeout_secs=0"], "--stop_timeout_secs=0.0: must be a finite number > 0"),
         (["--stop_timeout_secs=inf"], "--stop_timeout_secs=inf: must be a finite number > 0"),
     ],
