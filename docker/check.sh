@@ -131,7 +131,7 @@ free_port() {
 # Runs the image as README's recipes do: host network, this user's uid, the run folder mounted.
 run() {
   "${RT[@]}" run --rm --init --network=host --user "$(id -u):$(id -g)" \
-    -v "$RUNS:/opt/impala/runs" "$@"
+    --cap-drop=ALL --security-opt=no-new-privileges -v "$RUNS:/opt/impala/runs" "$@"
 }
 
 train_with_docker_run() {
@@ -186,7 +186,8 @@ learners_across_containers() {
          --num_envs_per_actor=4 --batch_size=4 --total_environment_frames=8000
          --connect_timeout_secs=120)
   say "two learners in two containers, mpirun reaching the second over the sshd role"
-  run -d --name impala-check-sshd -v "$keys:/ssh:ro" "$IMAGE" sshd "$sshd_port" /ssh >/dev/null
+  run -d --name impala-check-sshd --cap-add=SYS_CHROOT --cap-add=SETGID --cap-add=SETUID \
+    -v "$keys:/ssh:ro" "$IMAGE" sshd "$sshd_port" /ssh >/dev/null
   local deadline=$((SECONDS + 30))
   until (exec 3<>"/dev/tcp/127.0.0.3/$sshd_port") 2>/dev/null; do
     ((SECONDS < deadline)) || die "the sshd role did not listen: $("${RT[@]}" logs impala-check-sshd)"

@@ -213,6 +213,9 @@ CONTAINER_LABEL = "impala.run"
 # The window of the SSH server (a container of the image) through which mpirun in the learners'
 # container on the first learner host starts the ranks of another learner host.
 SSHD_WINDOW = "sshd"
+# What sshd needs when the host user, and so the container's, is root: it chroots its pre-login
+# process and switches users. A container of any other user gets no use of them.
+SSHD_CAPABILITIES = ("SYS_CHROOT", "SETGID", "SETUID")
 # The run's SSH keys for that, made by the frontend when it starts the run, each in the
 # `MPI_SSH_DIR` folder of the run folder of the host that needs it (owner-only): name -> what.
 MPI_SSH_DIR = "mpi_ssh"
@@ -231,7 +234,8 @@ _RUNTIME_WORD = re.compile(r"[A-Za-z0-9/-][A-Za-z0-9._/=:-]{0,254}")
 class Containers:
     """Every process of the run in a container of `image` (docker/Dockerfile) instead of the
     CSV's python: host networking, the host's run folder mounted at its own path, the host
-    user's uid, started by `runtime` (`docker`, or `podman`, with its options).
+    user's uid, no capabilities and no way to gain any, started by `runtime` (`docker`, or
+    `podman`, with its options).
 
     Raises:
       ValueError: an image reference or runtime word that is not one (they go on command lines).
@@ -257,9 +261,10 @@ class Containers:
         """The container of `window`: named, so that a restart can remove a leftover one."""
         return f"{session}-{window}"
 
-    def run_line(self, session, window, mounts, env, argv, gpus=False) -> str:
+    def run_line(self, session, window, mounts, env, argv, gpus=False, capabilities=()) -> str:
         """The shell line that runs `argv` in a container of the window, removing a container
-        of the same name left by a process that was killed first."""
+        of the same name left by a process that was killed first. The container has none of
+        the runtime's default capabilities but `capabilities`, and cannot gain any."""
         name = self.name(session, window)
         for path in mounts:
             if ":" in path or not path.isprintable():
@@ -269,6 +274,10 @@ class Containers:
                 )
         before = [*self.runtime, "run", "--rm", "--init", "--name", name]
         before += ["--label", f"{CONTAINER_LABEL}={session}", "--network=host"]
+        # The processes run as the host user and need no privilege: none to keep, none to gain
+        # (a setuid binary in the image cannot raise them).
+        before += ["--cap-drop=ALL", *(f"--cap-add={name}" for name in capabilities)]
+        before += ["--security-opt=no-new-privileges"]
         after = [arg for path in dict.fromkeys(mounts) for arg in ("-v", f"{path}:{path}")]
         after += [arg for item in env for arg in ("-e", item)]
         after += [*(["--gpus", "all"] if gpus else []), self.image, *argv]
@@ -521,6 +530,7 @@ def _sshd_containers(containers, run_name, learners, log_dir, key_files):
             ["sshd", str(containers.sshd_port), keys],
             # The learners of this host run in this container: their GPUs go in here.
             gpus=any(w.cuda_visible_devices for w in here),
+            capabilities=SSHD_CAPABILITIES,
         )
         lines.append((host, line))
     return lines

@@ -444,6 +444,7 @@ def test_with_an_image_each_actor_runs_in_a_container_with_its_run_folder_at_its
         *("podman", "--runtime", "runc", "run", "--rm", "--init"),
         *("--name", "impala_cluster_n2-actor_0", "--label", "impala.run=impala_cluster_n2"),
         "--network=host",
+        *("--cap-drop=ALL", "--security-opt=no-new-privileges"),
         *("--user", "$(id -u):$(id -g)"),  # expanded by the window's shell, on the host
         *("-v", "/srv/w/runs/cluster:/srv/w/runs/cluster"),
         *("-e", "PYTHONUNBUFFERED=1", "-e", "CUDA_VISIBLE_DEVICES="),
@@ -491,6 +492,13 @@ def test_with_an_image_learners_on_other_hosts_start_through_an_sshd_container_t
     assert [w.name for w in n2.windows] == ["sshd", "actor_0"]
     outside, inside = _container_argv(n2.windows[0], runtime="docker", image="impala")
     assert "-v" in outside and "/w/runs/cluster:/w/runs/cluster" in outside
+    # sshd as root chroots and switches users; nothing else is kept.
+    caps = outside[outside.index("--cap-drop=ALL") :][:5]
+    assert caps == [
+        "--cap-drop=ALL",
+        *("--cap-add=SYS_CHROOT", "--cap-add=SETGID", "--cap-add=SETUID"),
+        "--security-opt=no-new-privileges",
+    ]
     assert inside == ["sshd", "2200", "/w/runs/cluster/mpi_ssh"]
     assert n2.key_files == (
         ("/w/runs/cluster/mpi_ssh/host_key", "host_key"),
