@@ -177,13 +177,17 @@ class SshHost(Host):
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Through the shell rather than SFTP, which not every SSH server offers. The content
         # goes through stdin: never on a command line, where `ps` would show it. An owner-only
-        # file is written under umask 077 to a temporary name, then moved into place.
+        # file is written under umask 077 into a new folder of unguessable name that only its
+        # owner can change (a fixed temporary name could be made a symlink to another file
+        # between its removal and the write, by anyone who can write to the folder), then
+        # moved into place: a rename replaces a symlink at the target, never follows it.
         folder, target = shlex.quote(os.path.dirname(path)), shlex.quote(path)
         if owner_only:
-            temporary = shlex.quote(f"{path}.tmp")
+            private = shlex.quote(os.path.join(os.path.dirname(path), ".write.XXXXXXXX"))
             command = (
-                f"umask 077 && mkdir -p {folder} && rm -f {temporary} && cat > {temporary} && "
-                f"chmod 600 {temporary} && mv -f {temporary} {target}"
+                f"umask 077 && mkdir -p {folder} && private=$(mktemp -d {private}) && "
+                f'{{ cat > "$private/file" && mv -f "$private/file" {target}; written=$?; '
+                f'rm -rf "$private"; exit "$written"; }}'
             )
         else:
             command = f"mkdir -p {folder} && cat > {target}"

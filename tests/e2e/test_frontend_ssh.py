@@ -1,17 +1,20 @@
 """The CSV frontend over real SSH: an sshd of the test's own on 127.0.0.2 and 127.0.0.3, two
 "hosts" each with a learner and an actor, Horovod across them, then status and stop."""
 
+import contextlib
 import getpass
 import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 
 import pytest
 
+from impala.launch import hosts, workers_csv
 from tests import hostile_csv
 from tests.helpers import (
     ROOT,
@@ -261,3 +264,51 @@ def test_learners_on_two_hosts_run_in_a_workdir_and_python_with_shell_characters
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert not marker.exists()
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+def test_an_owner_only_file_written_over_ssh_never_lands_where_a_planted_symlink_points(
+    sshd, tmp_path
+):
+    # Another user who can write to the run folder keeps planting symlinks to a file of
+    # theirs at every name a writer could be expected to use, racing the frontend's writes
+    # of the run secret.
+    directory, port = sshd
+    worker = workers_csv.Worker(
+        job="actor",
+        task=0,
+        host=HOSTS[0],
+        tf_port=None,
+        ssh_port=port,
+        ssh_user=getpass.getuser(),
+        ssh_key=str(directory / "client_key"),
+        cuda_visible_devices="",
+        workdir=str(tmp_path),
+        python="python3",
+        line=2,
+    )
+    host = hosts.SshHost(worker, False, str(directory / "known_hosts"))
+    folder, victim = tmp_path / "run", tmp_path / "theirs"
+    folder.mkdir()
+    victim.write_text("")
+    target = folder / "secret"
+    stop = threading.Event()
+
+    def plant():
+        while not stop.is_set():
+            for name in ("secret.tmp", "secret.new", "secret~", ".secret"):
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(victim, folder / name)
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    try:
+        for attempt in range(30):
+            host.write_file(str(target), f"secret {attempt}\n", owner_only=True)
+    finally:
+        stop.set()
+        planter.join()
+        host.close()
+    assert victim.read_text() == ""
+    assert not target.is_symlink() and target.read_text() == "secret 29\n"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in folder.iterdir() if not p.is_symlink()) == ["secret"]
