@@ -374,7 +374,8 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     frames_per_sec = progress.rate()
     learning.report(progress.line(frames_per_sec))
     learning.report(
-        f"  step {counters.steps} | loss {stats['loss/total']:.3f} "
+        # Counted since the run began (the weights' version), not since this start.
+        f"  step {counters.version} | loss {stats['loss/total']:.3f} "
         f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
         f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "

@@ -3,6 +3,7 @@ with its curves going on; a start that fails leaves the run's saved flags alone;
 another preset is refused."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -62,6 +63,9 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         f"{stopped['frames']} frames done, weight version {stopped['weights_version']}, "
         f"weights sha256 {stopped['weights_sha256']}" in log
     )
+    # The progress lines count steps since the run began: the first one after the resume
+    # goes on from where the first start stopped.
+    assert re.findall(r"^\S+   step (\d+) \|", log, re.M)[0] == str(stopped["weights_version"] + 1)
     finished = json.loads(read_text(run_dir / "learner_0.json"))
     assert finished["frames"] >= BUDGET and not finished["stopped_early"]
     assert finished["steps"] == (BUDGET - stopped["frames"] + 19) // 20
