@@ -232,7 +232,6 @@ def test_layer_sizes():
     assert shapes["MLPAgent"]["mlp_agent/mlp_torso/linear_0/w:0"] == (VECTOR_SHAPE[0], 64)
 
 
-@pytest.mark.parametrize("agent_name", ALL_AGENTS)
 def _logits_for_prev_actions(agent, inputs, prev_actions, done):
     inputs = inputs._replace(
         prev_action=np.asarray(prev_actions, np.int32), done=np.asarray(done, bool)
