@@ -17,10 +17,12 @@ def _to_tensors(nest: Any) -> Any:
     return tf.nest.map_structure(tf.convert_to_tensor, nest)
 
 
-def _batch_apply(fn: Callable[[tf.Tensor], Any], x: tf.Tensor, num_dims: int) -> Any:
-    """Applies `fn` (which expects [N, ...]) to `x` [D1, ..., Dnum_dims, ...], keeping dims."""
-    outputs = fn(snt.merge_leading_dims(x, num_dims))
-    return tf.nest.map_structure(lambda y: snt.split_leading_dim(y, x, num_dims), outputs)
+def _batch_apply(fn: Callable[[Any], Any], x: Any, num_dims: int) -> Any:
+    """Applies `fn` (which expects [N, ...]) to `x`, a tensor or a nest of tensors, each
+    [D1, ..., Dnum_dims, ...], keeping those dims."""
+    outputs = fn(tf.nest.map_structure(lambda t: snt.merge_leading_dims(t, num_dims), x))
+    leading = tf.nest.flatten(x)[0]
+    return tf.nest.map_structure(lambda y: snt.split_leading_dim(y, leading, num_dims), outputs)
 
 
 class FeedForwardAgent(Agent):
@@ -48,14 +50,7 @@ class FeedForwardAgent(Agent):
 
     def unroll(self, inputs: AgentInput, state: AgentState) -> tuple[AgentOutput, AgentState]:
         # No time dependence, so one big [T * B] batch is both correct and fastest.
-        inputs = _to_tensors(inputs)
-        outputs = self._outputs(
-            tf.nest.map_structure(lambda x: snt.merge_leading_dims(x, 2), inputs)
-        )
-        return (
-            tf.nest.map_structure(lambda y: snt.split_leading_dim(y, inputs.done, 2), outputs),
-            state,
-        )
+        return _batch_apply(self._outputs, _to_tensors(inputs), 2), state
 
 
 class SimpleConvNetAgent(FeedForwardAgent):
