@@ -72,7 +72,9 @@ def check_run_flags() -> None:
     it before starting anything. --level_name and --agent_name are left to the processes: only
     Gymnasium and the networks know which names exist."""
     learner = learner_config_from_flags()
-    configs.check_playing_flags(FLAGS.num_action_repeats, FLAGS.seed)
+    configs.check_playing_flags(
+        FLAGS.num_action_repeats, FLAGS.seed, FLAGS.repeat_action_probability
+    )
     configs.check_learner_job_flags(
         FLAGS.queue_capacity, learner.batch_size, FLAGS.keep_checkpoints, FLAGS.save_every_secs
     )
@@ -87,6 +89,7 @@ def local_config_from_flags():
         level_name=FLAGS.level_name,
         agent_name=FLAGS.agent_name,
         num_action_repeats=FLAGS.num_action_repeats,
+        repeat_action_probability=FLAGS.repeat_action_probability,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
     )
@@ -157,6 +160,7 @@ def actor_job_config_from_flags():
         num_envs=FLAGS.num_envs_per_actor,
         unroll_length=FLAGS.unroll_length,
         num_action_repeats=FLAGS.num_action_repeats,
+        repeat_action_probability=FLAGS.repeat_action_probability,
         seed=FLAGS.seed,
         connect_timeout_secs=FLAGS.connect_timeout_secs,
         secret_file=actor_secret_file(),

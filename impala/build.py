@@ -11,16 +11,22 @@ from impala import envs
 
 
 def environment(
-    level_name: str, num_envs: int, seed: int = 0, num_action_repeats: int = 1
+    level_name: str,
+    num_envs: int,
+    seed: int = 0,
+    num_action_repeats: int = 1,
+    repeat_action_probability: float = 0.0,
 ) -> envs.VectorEnvironment:
     """`num_envs` environments of `level_name` as training sees them; ValueError names a bad
-    flag. Environment i is seeded `seed + i`."""
+    flag. Environment i is seeded `seed + i`. `repeat_action_probability` turns on Atari's
+    sticky actions."""
     return envs.make_environment(
         envs.EnvConfig(
             level_name=level_name,
             num_envs=num_envs,
             seed=seed,
             num_action_repeats=num_action_repeats,
+            repeat_action_probability=repeat_action_probability,
         )
     )
 
@@ -41,10 +47,15 @@ def agent_for(
 
 
 def environment_and_agent(
-    level_name: str, agent_name: str, num_envs: int, seed: int = 0, num_action_repeats: int = 1
+    level_name: str,
+    agent_name: str,
+    num_envs: int,
+    seed: int = 0,
+    num_action_repeats: int = 1,
+    repeat_action_probability: float = 0.0,
 ) -> tuple[envs.VectorEnvironment, networks.Agent]:
     """Both of the above; the environments are closed again if the agent cannot be built."""
-    env = environment(level_name, num_envs, seed, num_action_repeats)
+    env = environment(level_name, num_envs, seed, num_action_repeats, repeat_action_probability)
     try:
         return env, agent(agent_name, env)
     except BaseException:

@@ -127,8 +127,23 @@ def _require(ok: bool, flag: str, value: Any, what: str) -> None:
 MAX_ACTION_REPEATS = (2**31 - 1) // 4
 
 
-def check_playing_flags(num_action_repeats: int, seed: int) -> None:
-    """Raises the one-line error of a bad --num_action_repeats or --seed (every training role)."""
+def check_repeat_action_probability(value: Any) -> None:
+    """Raises the one-line error of a bad --repeat_action_probability (Atari's sticky actions)."""
+    _require(
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and 0 <= value < 1,  # 1 would repeat the first action for ever
+        "repeat_action_probability",
+        value,
+        "must be a number in [0, 1) (0: no sticky actions; 0.25: Gymnasium v5's)",
+    )
+
+
+def check_playing_flags(
+    num_action_repeats: int, seed: int, repeat_action_probability: float = 0.0
+) -> None:
+    """Raises the one-line error of a bad --num_action_repeats, --seed or
+    --repeat_action_probability (every training role)."""
     _require(
         num_action_repeats >= 1,
         "num_action_repeats",
@@ -142,6 +157,7 @@ def check_playing_flags(num_action_repeats: int, seed: int) -> None:
         f"must be at most {MAX_ACTION_REPEATS} (x 4, Atari's frame skip is a 32-bit integer)",
     )
     _require(seed >= 0, "seed", seed, "must be >= 0")
+    check_repeat_action_probability(repeat_action_probability)
 
 
 def check_learner_job_flags(

@@ -96,6 +96,13 @@ flags.DEFINE_integer(
     "num_action_repeats", 1, "Times each action is repeated, on top of the Atari frame skip of 4."
 )
 flags.DEFINE_float(
+    "repeat_action_probability",
+    0.0,
+    "Atari's sticky actions in training: on each emulator frame the game keeps its previous "
+    "action instead of the agent's with this probability (0.25 in Gymnasium's v5 protocol). "
+    "Evaluation (--mode=test) always plays without them, the v4 protocol.",
+)
+flags.DEFINE_float(
     "total_environment_frames",
     200e6,
     "Training budget in emulator frames (agent steps x frame skip x repeats).",

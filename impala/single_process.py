@@ -30,12 +30,13 @@ class LocalConfig:
     level_name: str = "PongNoFrameskip-v4"
     agent_name: str = "ShallowConvNetAgent"
     num_action_repeats: int = 1
+    repeat_action_probability: float = 0.0  # Atari's sticky actions (0: none)
     seed: int = 0
     log_every_secs: float = 5.0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
 
     def __post_init__(self):
-        check_playing_flags(self.num_action_repeats, self.seed)
+        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
 
 
 def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
@@ -49,6 +50,7 @@ def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
         num_envs=config.learner.batch_size,
         seed=config.seed,
         num_action_repeats=config.num_action_repeats,
+        repeat_action_probability=config.repeat_action_probability,
     )
 
 

@@ -30,6 +30,7 @@ class ActorJobConfig:
       num_envs: environments stepped together by this actor.
       connect_timeout_secs: how long to wait for the learner to come up.
       secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
+      repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
     """
 
     level_name: str
@@ -39,6 +40,7 @@ class ActorJobConfig:
     num_envs: int = 1
     unroll_length: int = 20
     num_action_repeats: int = 1
+    repeat_action_probability: float = 0.0
     seed: int = 0
     connect_timeout_secs: float = 600.0
     secret_file: str = ""
@@ -47,7 +49,7 @@ class ActorJobConfig:
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
-        check_playing_flags(self.num_action_repeats, self.seed)
+        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
         check_actor_job_flags(self.num_envs, self.connect_timeout_secs)
         if not self.secret_file:
             raise ValueError(
@@ -65,7 +67,11 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
     secret = _read_secret(config, report)  # before anything slow: a bad file fails fast
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
     with build.environment(
-        config.level_name, config.num_envs, env_seed, config.num_action_repeats
+        config.level_name,
+        config.num_envs,
+        env_seed,
+        config.num_action_repeats,
+        config.repeat_action_probability,
     ) as env:
         agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(

@@ -5,8 +5,8 @@ registered entry point in `ale_py`, see `_atari_game`) run in `ale_py.AtariVecto
 (`_AtariBackend`), a C++ vector environment that steps all games in native threads and
 applies the DeepMind preprocessing: up to `noop_max` no-ops and FIRE (where the game has
 it) on reset, frame skip 4 with max-pooling of the last two frames, 84x84 greyscale, a
-stack of the last 4 frames, no sticky actions, the minimal action set and unclipped
-rewards (the learner clips).
+stack of the last 4 frames, the minimal action set and unclipped rewards (the learner
+clips). Sticky actions are off unless `EnvConfig.repeat_action_probability` turns them on.
 
 For evaluation (`serial.py`), `_make_atari_game` builds one game as Gymnasium's own ALE
 env under `AtariPreprocessing`, arranged to give the very observations `AtariVectorEnv`
@@ -72,7 +72,7 @@ class _AtariBackend:
             episodic_life=False,  # See the class docstring: done here, from lives.
             life_loss_info=False,
             reward_clipping=False,  # The learner clips; scores must stay raw.
-            repeat_action_probability=0.0,
+            repeat_action_probability=float(config.repeat_action_probability),
             full_action_space=False,
             max_num_frames_per_episode=config.max_episode_frames,
             autoreset_mode=AutoresetMode.SAME_STEP,
@@ -304,7 +304,7 @@ def _make_atari_game(config: EnvConfig) -> gym.Env:
     env = gym.make(
         config.level_name,
         frameskip=1,  # AtariPreprocessing skips frames, max-pooling the last two.
-        repeat_action_probability=0.0,
+        repeat_action_probability=float(config.repeat_action_probability),
         full_action_space=False,
         obs_type="grayscale",  # Cheapest per frame; AtariPreprocessing reads the screen itself.
         render_mode="rgb_array",  # Only read when asked: `render()` is ALE's RGB screen.

@@ -14,6 +14,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from impala.configs import check_repeat_action_probability
+
 # Emulator frames per agent step in the DeepMind Atari setup; `num_action_repeats`
 # multiplies it.
 ATARI_FRAME_SKIP = 4
@@ -50,6 +52,10 @@ class EnvConfig:
             Use True for training and False for evaluation. Reported scores are
             whole games either way.
         noop_max: Atari only: at most this many no-op frames start each game.
+        repeat_action_probability: Atari only: ALE's sticky actions. On every emulator
+            frame the game repeats its previous action instead of the agent's with this
+            probability (0.25 in the Gymnasium v5 protocol; 0 in the v4 one, which
+            evaluation uses). In [0, 1).
         max_episode_frames: Emulator frames after which an episode is truncated
             (counted as `done`). 108,000 is Atari's usual 30 minutes. For other
             ids it caps underlying env steps on top of the id's own time limit.
@@ -66,6 +72,7 @@ class EnvConfig:
     num_action_repeats: int = 1
     episodic_life: bool = True
     noop_max: int = 30
+    repeat_action_probability: float = 0.0
     max_episode_frames: int = 108_000
     num_threads: int = 0
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -82,6 +89,7 @@ class EnvConfig:
         _check_int("noop_max", self.noop_max, minimum=0, hint="0 disables no-op starts")
         _check_int("max_episode_frames", self.max_episode_frames, minimum=1, hint="108000")
         _check_int("num_threads", self.num_threads, minimum=0, hint="0 = automatic")
+        check_repeat_action_probability(self.repeat_action_probability)
         if not isinstance(self.episodic_life, bool):
             raise ValueError(f"--episodic_life must be True or False, got {self.episodic_life!r}")
         if self.seed + self.num_envs - 1 > _MAX_C_INT:

@@ -18,6 +18,7 @@ from impala.envs import (
     decode_counter,
     decode_episode_step,
     make_environment,
+    make_evaluation_environment,
 )
 
 PONG = "PongNoFrameskip-v4"
@@ -144,6 +145,31 @@ def test_atari_rejects_bad_actions_instead_of_hanging():
         with pytest.raises(ValueError, match="shape"):
             env.step(np.array([0]))
         env.step(np.array([5, 0]))  # Still usable.
+
+
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_atari_sticky_actions_reach_the_emulator(make):
+    """The same seeds and actions play other games once the emulator may keep old actions."""
+
+    def play(repeat_action_probability: float) -> np.ndarray:
+        config = EnvConfig(
+            PONG, num_envs=2, seed=5, repeat_action_probability=repeat_action_probability
+        )
+        with make(config) as env:
+            observations = [env.reset().observation]
+            for step in range(120):  # up and down in turn: every step changes the action
+                observations.append(env.step(np.full(2, 2 + step % 2)).observation)
+        return np.stack(observations)
+
+    plain = play(0.0)
+    np.testing.assert_array_equal(plain, play(0.0))
+    assert not np.array_equal(plain, play(0.5))
+
+
+def test_sticky_actions_are_refused_outside_atari():
+    with pytest.raises(ValueError, match="^--repeat_action_probability=0.25: .*Atari") as error:
+        make_environment(EnvConfig("CartPole-v1", repeat_action_probability=0.25))
+    assert "\n" not in str(error.value)
 
 
 def test_atari_rejects_env_kwargs():
@@ -352,6 +378,11 @@ def test_continuous_action_space_is_rejected(level_name):
         ("max_episode_frames", 0),
         ("num_threads", -1),
         ("env_kwargs", {1: 2}),
+        ("repeat_action_probability", -0.1),
+        ("repeat_action_probability", 1.0),
+        ("repeat_action_probability", float("nan")),
+        ("repeat_action_probability", True),
+        ("repeat_action_probability", "0.25"),
     ],
 )
 def test_bad_options_name_the_field(field, value):

@@ -148,6 +148,11 @@ def _check_as_launcher(*argv):
         (["--connect_timeout_secs=nan"], "--connect_timeout_secs=nan: must be a finite number > 0"),
         (["--num_action_repeats=0"], "--num_action_repeats=0: must be at least 1"),
         (["--seed=-1"], "--seed=-1: must be >= 0"),
+        (["--repeat_action_probability=1"], "--repeat_action_probability=1.0: must be a number"),
+        (
+            ["--repeat_action_probability=-0.5"],
+            "--repeat_action_probability=-0.5: must be a number",
+        ),
         (
             ["--num_action_repeats=536870912"],
             "--num_action_repeats=536870912: must be at most 536870911",

@@ -1,0 +1,33 @@
+"""experiment.py's flags reach the job configs of the roles that use them."""
+
+from absl.testing import flagsaver
+
+import experiment
+
+FLAGS = experiment.FLAGS
+
+
+def test_sticky_actions_reach_the_actors_and_the_single_process_trainer():
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(
+            [
+                "experiment.py",
+                "--repeat_action_probability=0.25",
+                "--learner_hosts=localhost:8001",
+                "--secret_file=secret",
+            ]
+        )
+        experiment.apply_preset()
+        actor = experiment.actor_job_config_from_flags()
+        local = experiment.local_config_from_flags()
+    assert actor.repeat_action_probability == 0.25
+    assert local.repeat_action_probability == 0.25
+
+
+def test_without_the_flag_there_are_no_sticky_actions():
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py"])
+        experiment.apply_preset()
+        assert experiment.local_config_from_flags().repeat_action_probability == 0.0
