@@ -167,7 +167,7 @@ def test_atari_sticky_actions_reach_the_emulator(make):
 
 
 def test_sticky_actions_are_refused_outside_atari():
-    with pytest.raises(ValueError, match="^--repeat_action_probability=0.25: .*Atari") as error:
+    with pytest.raises(ValueError, match=r"^--repeat_action_probability=0\.25: .*Atari") as error:
         make_environment(EnvConfig("CartPole-v1", repeat_action_probability=0.25))
     assert "\n" not in str(error.value)
 
