@@ -104,6 +104,7 @@ def learner_job_config_from_flags():
         agent_name=FLAGS.agent_name,
         learner_hosts=tuple(FLAGS.learner_hosts),
         num_action_repeats=FLAGS.num_action_repeats,
+        repeat_action_probability=FLAGS.repeat_action_probability,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
         queue_capacity=FLAGS.queue_capacity,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from typing import Any
 
@@ -129,12 +130,11 @@ MAX_ACTION_REPEATS = (2**31 - 1) // 4
 
 def check_repeat_action_probability(value: Any) -> None:
     """Raises the one-line error of a bad --repeat_action_probability (Atari's sticky actions)."""
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
     _require(
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and 0 <= value < 1,  # 1 would repeat the first action for ever
+        is_number and 0 <= value < 1,  # 1 would repeat the first action for ever
         "repeat_action_probability",
-        value,
+        value if is_number else repr(value),
         "must be a number in [0, 1) (0: no sticky actions; 0.25: Gymnasium v5's)",
     )
 

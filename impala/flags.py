@@ -100,6 +100,7 @@ flags.DEFINE_float(
     0.0,
     "Atari's sticky actions in training: on each emulator frame the game keeps its previous "
     "action instead of the agent's with this probability (0.25 in Gymnasium's v5 protocol). "
+    "It decides for every Atari id, v5 ones included; other ids refuse a value above 0. "
     "Evaluation (--mode=test) always plays without them, the v4 protocol.",
 )
 flags.DEFINE_float(

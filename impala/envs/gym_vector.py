@@ -39,11 +39,6 @@ class _ActionRepeat(gym.Wrapper):
 
 def _make_gym_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     """One non-Atari env: the id, a frame cap, then action repeats."""
-    if config.repeat_action_probability:
-        raise ValueError(
-            f"--repeat_action_probability={config.repeat_action_probability}: sticky actions "
-            f"are an Atari setting, and {config.level_name!r} is not an Atari id; use 0"
-        )
     kwargs = dict(config.env_kwargs, render_mode=render_mode) if render_mode else config.env_kwargs
     try:
         env = gym.make(config.level_name, **kwargs)

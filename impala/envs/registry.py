@@ -51,10 +51,13 @@ def make_environment(config: EnvConfig) -> VectorEnvironment:
 
     Raises:
         ValueError: `config.level_name` is not a registered id, or its action
-            space is not Discrete, or `env_kwargs` are given for an Atari id.
+            space is not Discrete, or `env_kwargs` are given for an Atari id, or
+            sticky actions for another.
     """
     spec = _find_spec(config.level_name)
     family = next(family for family in _FAMILIES if family.serves(spec))
+    if _atari_game(spec) is None:
+        _check_no_sticky_actions(config)
     return VectorEnvironment(family.make_backend(config, spec), config)
 
 
@@ -63,13 +66,15 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
 
     The same games as `make_environment(config)`, but each env is stepped in turn in
     Python (slower) and can show its RGB screen (`VectorEnvironment.render`). Atari ids
-    run Gymnasium's own ALE env (frameskip 1, no sticky actions, minimal action set)
+    run Gymnasium's own ALE env (frameskip 1, minimal action set, sticky actions as
+    `config.repeat_action_probability` says)
     under `AtariPreprocessing` (frame skip 4 x repeats, max-pooling the last two frames,
     84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
     `AtariVectorEnv` does them (`_AtariStart`) and 4 stacked frames, zeros before the
-    game began. With `noop_max=0` its observations, rewards and episode ends equal
-    `make_environment(config)`'s exactly (tests/unit/evaluation/test_evaluation.py checks it); with
-    no-op starts the two draw their number from different random generators.
+    game began. With `noop_max=0` and no sticky actions its observations, rewards and
+    episode ends equal `make_environment(config)`'s exactly
+    (tests/unit/evaluation/test_evaluation.py checks it); with no-op starts or sticky actions
+    the two draw from different random generators.
 
     Args:
         config: As for `make_environment`.
@@ -83,7 +88,17 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
     spec = _find_spec(config.level_name)
     if _atari_game(spec) is not None:
         _check_no_atari_env_kwargs(config)
+    else:
+        _check_no_sticky_actions(config)
     return VectorEnvironment(_SerialBackend(config, spec, render), config)
+
+
+def _check_no_sticky_actions(config: EnvConfig) -> None:
+    if config.repeat_action_probability:
+        raise ValueError(
+            f"--repeat_action_probability={config.repeat_action_probability}: sticky actions "
+            f"are an Atari setting, and {config.level_name!r} is not an Atari id; use 0"
+        )
 
 
 def _find_spec(level_name: str) -> gym.envs.registration.EnvSpec:

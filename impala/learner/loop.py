@@ -61,6 +61,7 @@ class LearnerJobConfig:
     agent_name: str
     learner_hosts: tuple[str, ...]
     num_action_repeats: int = 1
+    repeat_action_probability: float = 0.0
     seed: int = 0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     queue_capacity: int = 0
@@ -82,7 +83,7 @@ class LearnerJobConfig:
             raise ValueError(
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
             )
-        check_playing_flags(self.num_action_repeats, self.seed)
+        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
         check_learner_job_flags(
             self.queue_capacity,
             self.learner.batch_size,
@@ -263,9 +264,13 @@ def _steady_rate(counters: _Counters, frames: int) -> float | None:
 
 
 def _build_agent(config: LearnerJobConfig):
-    """Reads the environment's specs from one instance and builds the agent's variables."""
+    """Reads the environment's specs from one instance, built as the actors build theirs (a
+    setting they would refuse stops the learner too), and builds the agent's variables."""
     with build.environment(
-        config.level_name, num_envs=1, num_action_repeats=config.num_action_repeats
+        config.level_name,
+        num_envs=1,
+        num_action_repeats=config.num_action_repeats,
+        repeat_action_probability=config.repeat_action_probability,
     ) as env:
         env_info = _EnvInfo(
             num_actions=env.num_actions,

@@ -166,10 +166,17 @@ def test_atari_sticky_actions_reach_the_emulator(make):
     assert not np.array_equal(plain, play(0.5))
 
 
-def test_sticky_actions_are_refused_outside_atari():
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_sticky_actions_are_refused_outside_atari(make):
     with pytest.raises(ValueError, match=r"^--repeat_action_probability=0\.25: .*Atari") as error:
-        make_environment(EnvConfig("CartPole-v1", repeat_action_probability=0.25))
+        make(EnvConfig("CartPole-v1", repeat_action_probability=0.25))
     assert "\n" not in str(error.value)
+
+
+def test_sticky_actions_take_any_real_number_in_range():
+    assert EnvConfig(PONG, repeat_action_probability=np.float32(0.25)).repeat_action_probability
+    with pytest.raises(ValueError, match=r"^--repeat_action_probability='0\.25': must be"):
+        EnvConfig(PONG, repeat_action_probability="0.25")
 
 
 def test_atari_rejects_env_kwargs():
@@ -381,6 +388,7 @@ def test_continuous_action_space_is_rejected(level_name):
         ("repeat_action_probability", -0.1),
         ("repeat_action_probability", 1.0),
         ("repeat_action_probability", float("nan")),
+        ("repeat_action_probability", float("inf")),
         ("repeat_action_probability", True),
         ("repeat_action_probability", "0.25"),
     ],

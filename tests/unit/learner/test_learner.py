@@ -368,6 +368,7 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         ("save_every_secs", float("nan"), "--save_every_secs=nan: must be a finite number > 0"),
         ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
         ("seed", -1, "--seed=-1: must be >= 0"),
+        ("repeat_action_probability", 1.0, "--repeat_action_probability=1.0: must be a number"),
     ],
 )
 def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
@@ -381,3 +382,16 @@ def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, mes
             secret_file="secret",
             **{field: value},
         )
+
+
+def test_a_learner_refuses_sticky_actions_its_actors_would_refuse():
+    # Else a run of a non-Atari id with sticky actions would wait for ever on actors that quit.
+    config = learner_loop.LearnerJobConfig(
+        level_name="CartPole-v1",
+        agent_name="MLPAgent",
+        learner_hosts=("localhost:8001",),
+        repeat_action_probability=0.25,
+        secret_file="secret",
+    )
+    with pytest.raises(ValueError, match=r"^--repeat_action_probability=0\.25: .*not an Atari id"):
+        learner_loop._build_agent(config)
