@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from absl import flags
+
 import networks
 from impala.evaluation import restore
 
@@ -30,3 +32,10 @@ def one_line_errors(script: str) -> Iterator[None]:
         message = str(error).removeprefix("--checkpoint=")
         print(f"{script}: error: {message}", file=sys.stderr)
         sys.exit(1)
+
+
+def require_probability(flag: str) -> None:
+    """Makes absl refuse a value of the float flag `flag` outside [0, 1), in its one line."""
+    flags.register_validator(
+        flag, lambda value: 0 <= value < 1, message="must be a number in [0, 1)"
+    )

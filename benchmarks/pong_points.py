@@ -16,6 +16,9 @@ the games won and the games lost apart:
     previous point) and of those served to the computer, each by the serve's vertical
     direction: a policy that has found a winning return of one kind of serve wins nearly all
     of those and few of the rest.
+The games are played as `--mode=test` plays them, without sticky actions; with
+`--repeat_action_probability=0.25` they are played as actors with sticky actions play theirs
+(a game's parity then no longer fixes how the paddle answers).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ def _define_flags() -> None:
     # whose --seed is another flag.
     flags.DEFINE_integer("num_games", 16, "Games played together.", lower_bound=1, upper_bound=256)
     flags.DEFINE_integer("seed", 100, "Seeds the games and the sampled actions.", lower_bound=0)
+    flags.DEFINE_float(
+        "repeat_action_probability",
+        0.0,
+        "Atari's sticky actions (0: as --mode=test plays; the run's value: as its actors did).",
+    )
+    checkpoint_tools.require_probability("repeat_action_probability")
 
 
 # Pong's RAM: the ball's x (the agent's paddle is on the right, the computer's on the left) and
@@ -89,14 +98,17 @@ def split_points(ball_x, ball_y, rewards) -> list[Point]:
 
 
 def play_games(
-    checkpoint: str, num_games: int, seed: int
+    checkpoint: str, num_games: int, seed: int, repeat_action_probability: float = 0.0
 ) -> tuple[str, list[list[Point]], np.ndarray]:
     """The checkpoint's path, the points of each of `num_games` games, and the emulator frames
     (no-ops and FIRE) each game started with."""
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
-    config = restore.environment_config(identity, num_games, seed)
+    config = dataclasses.replace(
+        restore.environment_config(identity, num_games, seed),
+        repeat_action_probability=repeat_action_probability,
+    )
     traces = [([], [], []) for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games
     with envs.make_evaluation_environment(config) as env:
@@ -165,7 +177,9 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise app.UsageError("give one checkpoint or run folder")
     with checkpoint_tools.one_line_errors("pong_points.py"):
-        path, games, start_frames = play_games(argv[1], FLAGS.num_games, FLAGS.seed)
+        path, games, start_frames = play_games(
+            argv[1], FLAGS.num_games, FLAGS.seed, FLAGS.repeat_action_probability
+        )
     print("\n".join(report(path, games, start_frames)))
 
 

@@ -38,6 +38,7 @@ flags.DEFINE_float(
     0.0,
     "Atari's sticky actions, as the run's actors had them (its flags.json says).",
 )
+checkpoint_tools.require_probability("repeat_action_probability")
 flags.DEFINE_integer("seed", 100, "Seeds the environments and the sampled actions.", lower_bound=0)
 
 # Score bins for Pong-like games from -21 to 21; other games get their own range.

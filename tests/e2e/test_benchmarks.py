@@ -159,7 +159,10 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         shape=(84, 84, 4),
         num_actions=6,
     )
-    completed = _run(str(pong), "--num_games=1", script="pong_points")
+    # With sticky actions, as the actors of a run with them play: the same report.
+    completed = _run(
+        str(pong), "--num_games=1", "--repeat_action_probability=0.25", script="pong_points"
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     lines = completed.stdout.splitlines()
     assert lines[0] == f"{pong / 'checkpoints' / 'ckpt-7'}: 1 games (sampled policy)"
@@ -199,6 +202,8 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         ("pong_points", "--num_games=0"),
         ("pong_points", "--num_games=257"),
         ("pong_points", "--seed=-1"),
+        ("pong_points", "--repeat_action_probability=1.5"),
+        ("probe_games", "--repeat_action_probability=-0.1"),
     ],
 )
 def test_game_probes_refuse_bad_flags_in_one_line(tmp_path, script, flag):
