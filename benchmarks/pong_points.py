@@ -18,7 +18,8 @@ the games won and the games lost apart:
     of those and few of the rest.
 The games are played as `--mode=test` plays them, without sticky actions; with
 `--repeat_action_probability=0.25` they are played as actors with sticky actions play theirs
-(a game's parity then no longer fixes how the paddle answers).
+(a press then takes effect a frame late now and then, so a game's parity no longer fixes how
+the paddle answers every press).
 """
 
 from __future__ import annotations
