@@ -106,10 +106,7 @@ def play_games(
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
-    config = dataclasses.replace(
-        restore.environment_config(identity, num_games, seed),
-        repeat_action_probability=repeat_action_probability,
-    )
+    config = restore.environment_config(identity, num_games, seed, repeat_action_probability)
     traces = [([], [], []) for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games
     with envs.make_evaluation_environment(config) as env:

@@ -15,7 +15,6 @@ actors did with its `--repeat_action_probability` given here too.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -54,10 +53,7 @@ def play_games(
 ) -> list[list]:
     """Each environment's scores, in the order its games ended ([num_envs] lists)."""
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
-    config = dataclasses.replace(
-        restore.environment_config(identity, num_envs, seed),
-        repeat_action_probability=repeat_action_probability,
-    )
+    config = restore.environment_config(identity, num_envs, seed, repeat_action_probability)
     scores = collections.defaultdict(list)
     with envs.make_environment(config) as env:
         policy = Policy(agent, greedy=False, seed=seed)

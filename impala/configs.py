@@ -140,7 +140,7 @@ def check_repeat_action_probability(value: Any) -> None:
 
 
 def check_playing_flags(
-    num_action_repeats: int, seed: int, repeat_action_probability: float = 0.0
+    num_action_repeats: int, seed: int, repeat_action_probability: float
 ) -> None:
     """Raises the one-line error of a bad --num_action_repeats, --seed or
     --repeat_action_probability (every training role)."""

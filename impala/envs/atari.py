@@ -197,8 +197,7 @@ def serves(spec: gym.envs.registration.EnvSpec) -> bool:
 
 
 def make_backend(config: EnvConfig, spec: gym.envs.registration.EnvSpec) -> _AtariBackend:
-    """The training backend for an Atari id; a ValueError if `config` sets `env_kwargs`."""
-    _check_no_atari_env_kwargs(config)
+    """The training backend for an Atari id (`registry` has refused `env_kwargs` for it)."""
     return _AtariBackend(config, _atari_game(spec))
 
 

@@ -56,8 +56,7 @@ def make_environment(config: EnvConfig) -> VectorEnvironment:
     """
     spec = _find_spec(config.level_name)
     family = next(family for family in _FAMILIES if family.serves(spec))
-    if _atari_game(spec) is None:
-        _check_no_sticky_actions(config)
+    _check_family_settings(config, spec)
     return VectorEnvironment(family.make_backend(config, spec), config)
 
 
@@ -86,15 +85,16 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
         ValueError: As `make_environment`; with `render`, an id that cannot show its screen.
     """
     spec = _find_spec(config.level_name)
-    if _atari_game(spec) is not None:
-        _check_no_atari_env_kwargs(config)
-    else:
-        _check_no_sticky_actions(config)
+    _check_family_settings(config, spec)
     return VectorEnvironment(_SerialBackend(config, spec, render), config)
 
 
-def _check_no_sticky_actions(config: EnvConfig) -> None:
-    if config.repeat_action_probability:
+def _check_family_settings(config: EnvConfig, spec: gym.envs.registration.EnvSpec) -> None:
+    """Training and evaluation alike: `env_kwargs` are for ids other than Atari ones, sticky
+    actions for Atari ids only."""
+    if _atari_game(spec) is not None:
+        _check_no_atari_env_kwargs(config)
+    elif config.repeat_action_probability:
         raise ValueError(
             f"--repeat_action_probability={config.repeat_action_probability}: sticky actions "
             f"are an Atari setting, and {config.level_name!r} is not an Atari id; use 0"

@@ -112,13 +112,18 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
     return agent
 
 
-def environment_config(identity: dict[str, Any], num_games: int, seed: int) -> envs.EnvConfig:
-    """The checkpoint's game, one environment per game, environment i seeded `seed + i`."""
+def environment_config(
+    identity: dict[str, Any], num_games: int, seed: int, repeat_action_probability: float = 0.0
+) -> envs.EnvConfig:
+    """The checkpoint's game, one environment per game, environment i seeded `seed + i`;
+    without sticky actions (`--mode=test`'s protocol) unless `repeat_action_probability` (to
+    play as a run's actors did)."""
     return envs.EnvConfig(
         level_name=identity["level_name"],
         num_envs=num_games,
         seed=seed,
         num_action_repeats=identity["num_action_repeats"],
+        repeat_action_probability=repeat_action_probability,
         # As in training, a lost Atari life is a `done` for the agent (a recurrent one
         # starts afresh there); the game goes on, and the scores are of whole games.
         episodic_life=True,
