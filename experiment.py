@@ -73,7 +73,7 @@ def check_run_flags() -> None:
     Gymnasium and the networks know which names exist."""
     learner = learner_config_from_flags()
     configs.check_playing_flags(
-        FLAGS.num_action_repeats, FLAGS.seed, FLAGS.repeat_action_probability
+        FLAGS.num_action_repeats, FLAGS.seed, FLAGS.repeat_action_probability, FLAGS.frame_skip
     )
     configs.check_learner_job_flags(
         FLAGS.queue_capacity, learner.batch_size, FLAGS.keep_checkpoints, FLAGS.save_every_secs
@@ -90,6 +90,7 @@ def local_config_from_flags():
         agent_name=FLAGS.agent_name,
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
+        frame_skip=FLAGS.frame_skip,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
     )
@@ -105,6 +106,7 @@ def learner_job_config_from_flags():
         learner_hosts=tuple(FLAGS.learner_hosts),
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
+        frame_skip=FLAGS.frame_skip,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
         queue_capacity=FLAGS.queue_capacity,
@@ -141,6 +143,7 @@ def evaluation_config_from_flags():
         # Given explicitly, they must match the checkpoint's; otherwise it says what it is.
         level_name=FLAGS.level_name if FLAGS["level_name"].present else None,
         agent_name=FLAGS.agent_name if FLAGS["agent_name"].present else None,
+        frame_skip=FLAGS.frame_skip,
     )
 
 
@@ -162,6 +165,7 @@ def actor_job_config_from_flags():
         unroll_length=FLAGS.unroll_length,
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
+        frame_skip=FLAGS.frame_skip,
         seed=FLAGS.seed,
         connect_timeout_secs=FLAGS.connect_timeout_secs,
         secret_file=actor_secret_file(),

@@ -19,7 +19,8 @@ the games won and the games lost apart:
 The games are played as `--mode=test` plays them, without sticky actions; with
 `--repeat_action_probability=0.25` they are played as actors with sticky actions play theirs
 (a press then takes effect a frame late now and then, so a game's parity no longer fixes how
-the paddle answers every press).
+the paddle answers every press). A checkpoint trained with an odd `--frame_skip` is played
+with it, and its games' parity then alternates from step to step, whatever the start.
 """
 
 from __future__ import annotations

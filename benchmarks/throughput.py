@@ -60,9 +60,22 @@ def _timed(step, seconds: float, warmup: int = 3) -> float:
     return calls / (time.perf_counter() - start)
 
 
-def measure_env(level: str, num_envs: int, num_action_repeats: int, seconds: float):
+def measure_env(
+    level: str,
+    num_envs: int,
+    num_action_repeats: int,
+    seconds: float,
+    repeat_action_probability: float = 0.0,
+    frame_skip: int = 0,
+):
     """Agent steps/s of one actor's environments with random actions, and their specs."""
-    with build.environment(level, num_envs, num_action_repeats=num_action_repeats) as env:
+    with build.environment(
+        level,
+        num_envs,
+        num_action_repeats=num_action_repeats,
+        repeat_action_probability=repeat_action_probability,
+        frame_skip=frame_skip,
+    ) as env:
         env.reset()
         rng = np.random.default_rng(0)
 
@@ -138,6 +151,7 @@ def main(argv):
     experiment.apply_preset()
     try:
         config = experiment.learner_config_from_flags()
+        experiment.check_run_flags()
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     print(
@@ -147,7 +161,12 @@ def main(argv):
         f"optimisation step(s) per batch"
     )
     env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
-        FLAGS.level_name, FLAGS.num_envs_per_actor, FLAGS.num_action_repeats, FLAGS.seconds
+        FLAGS.level_name,
+        FLAGS.num_envs_per_actor,
+        FLAGS.num_action_repeats,
+        FLAGS.seconds,
+        FLAGS.repeat_action_probability,
+        FLAGS.frame_skip,
     )
     agent = build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
     inference_rate = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)

@@ -16,10 +16,11 @@ def environment(
     seed: int = 0,
     num_action_repeats: int = 1,
     repeat_action_probability: float = 0.0,
+    frame_skip: int = 0,
 ) -> envs.VectorEnvironment:
     """`num_envs` environments of `level_name` as training sees them; ValueError names a bad
     flag. Environment i is seeded `seed + i`. `repeat_action_probability` turns on Atari's
-    sticky actions."""
+    sticky actions; `frame_skip` sets Atari's (0: 4)."""
     return envs.make_environment(
         envs.EnvConfig(
             level_name=level_name,
@@ -27,6 +28,7 @@ def environment(
             seed=seed,
             num_action_repeats=num_action_repeats,
             repeat_action_probability=repeat_action_probability,
+            frame_skip=frame_skip,
         )
     )
 
@@ -53,9 +55,12 @@ def environment_and_agent(
     seed: int = 0,
     num_action_repeats: int = 1,
     repeat_action_probability: float = 0.0,
+    frame_skip: int = 0,
 ) -> tuple[envs.VectorEnvironment, networks.Agent]:
     """Both of the above; the environments are closed again if the agent cannot be built."""
-    env = environment(level_name, num_envs, seed, num_action_repeats, repeat_action_probability)
+    env = environment(
+        level_name, num_envs, seed, num_action_repeats, repeat_action_probability, frame_skip
+    )
     try:
         return env, agent(agent_name, env)
     except BaseException:

@@ -126,6 +126,9 @@ def _require(ok: bool, flag: str, value: Any, what: str) -> None:
 # ---- Job-level flags: checked by each process's job config, and by launchers before starting.
 
 MAX_ACTION_REPEATS = (2**31 - 1) // 4
+# Atari frame skips: at least 2, since each step max-pools its last two frames; at most as many
+# as keep `frame_skip * num_action_repeats` within ALE's 32-bit frame counts.
+MIN_FRAME_SKIP = 2
 
 
 def check_repeat_action_probability(value: Any) -> None:
@@ -139,11 +142,29 @@ def check_repeat_action_probability(value: Any) -> None:
     )
 
 
+def check_frame_skip(frame_skip: Any, num_action_repeats: int = 1) -> None:
+    """Raises the one-line error of a bad --frame_skip (Atari's; 0: the default, 4)."""
+    is_int = isinstance(frame_skip, numbers.Integral) and not isinstance(frame_skip, bool)
+    _require(
+        is_int and (frame_skip == 0 or frame_skip >= MIN_FRAME_SKIP),
+        "frame_skip",
+        frame_skip if is_int else repr(frame_skip),
+        f"must be 0 (the default: 4, DeepMind's) or an integer of at least {MIN_FRAME_SKIP} "
+        "(each step max-pools its last two frames)",
+    )
+    _require(
+        frame_skip * num_action_repeats <= 2**31 - 1,
+        "frame_skip",
+        frame_skip,
+        f"x --num_action_repeats={num_action_repeats} must fit ALE's 32-bit frame counts",
+    )
+
+
 def check_playing_flags(
-    num_action_repeats: int, seed: int, repeat_action_probability: float
+    num_action_repeats: int, seed: int, repeat_action_probability: float, frame_skip: int
 ) -> None:
-    """Raises the one-line error of a bad --num_action_repeats, --seed or
-    --repeat_action_probability (every training role)."""
+    """Raises the one-line error of a bad --num_action_repeats, --seed,
+    --repeat_action_probability or --frame_skip (every training role)."""
     _require(
         num_action_repeats >= 1,
         "num_action_repeats",
@@ -158,6 +179,7 @@ def check_playing_flags(
     )
     _require(seed >= 0, "seed", seed, "must be >= 0")
     check_repeat_action_probability(repeat_action_probability)
+    check_frame_skip(frame_skip, num_action_repeats)
 
 
 def check_learner_job_flags(

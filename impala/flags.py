@@ -93,7 +93,15 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer("seed", 0, "Seeds environments, action sampling and initial weights.")
 flags.DEFINE_integer(
-    "num_action_repeats", 1, "Times each action is repeated, on top of the Atari frame skip of 4."
+    "num_action_repeats", 1, "Times each action is repeated, on top of the Atari frame skip."
+)
+flags.DEFINE_integer(
+    "frame_skip",
+    0,
+    "Atari only: emulator frames per agent step, the last two max-pooled; 0 for DeepMind's 4, "
+    "else at least 2. An odd skip alternates the frame parity from step to step, where 4 keeps "
+    "each game on its no-op start's parity. Part of a run's identity: --mode=test plays with the "
+    "checkpoint's, and refuses another one given here.",
 )
 flags.DEFINE_float(
     "repeat_action_probability",

@@ -30,6 +30,7 @@ CHECKPOINT_KEYS = (
     "observation_shape",
     "observation_dtype",
     "num_action_repeats",
+    "frames_per_step",  # The frame skip: another one is another game for the network.
 )
 
 # What the environment must still show for a network trained on it to make sense.
@@ -72,6 +73,27 @@ def environment_view(env) -> dict[str, Any]:
 def encode(identity: dict[str, Any]) -> str:
     """The identity as canonical JSON: equal identities give equal strings."""
     return json.dumps(identity, sort_keys=True)
+
+
+def with_legacy_frame_skip(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """`saved` (a checkpoint's identity) as this version keeps it.
+
+    Checkpoints written before the frame skip could be chosen do not hold `frames_per_step`:
+    they were trained with the default one, 4 emulator frames per action repeat in Atari games
+    and 1 elsewhere. Such a checkpoint is taken to hold the current run's `frames_per_step`
+    where that is the default one, so a resume compares equal, and is left without it where
+    not, so that the comparison names the difference.
+    """
+    if "frames_per_step" in saved or "frames_per_step" not in current:
+        return saved
+    per_repeat = current["frames_per_step"] // max(1, current["num_action_repeats"])
+    if per_repeat in (1, _DEFAULT_ATARI_FRAME_SKIP):
+        return {**saved, "frames_per_step": current["frames_per_step"]}
+    return saved
+
+
+# `impala.envs.ATARI_FRAME_SKIP`, here without importing the environments.
+_DEFAULT_ATARI_FRAME_SKIP = 4
 
 
 def decode(encoded: str | bytes) -> dict[str, Any]:

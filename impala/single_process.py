@@ -31,12 +31,15 @@ class LocalConfig:
     agent_name: str = "ShallowConvNetAgent"
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0  # Atari's sticky actions (0: none)
+    frame_skip: int = 0  # Atari's frame skip (0: 4)
     seed: int = 0
     log_every_secs: float = 5.0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
 
     def __post_init__(self):
-        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
+        check_playing_flags(
+            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+        )
 
 
 def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
@@ -51,6 +54,7 @@ def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
         seed=config.seed,
         num_action_repeats=config.num_action_repeats,
         repeat_action_probability=config.repeat_action_probability,
+        frame_skip=config.frame_skip,
     )
 
 

@@ -31,6 +31,7 @@ class ActorJobConfig:
       connect_timeout_secs: how long to wait for the learner to come up.
       secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
       repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
+      frame_skip: Atari's frame skip (0: 4); the learner compares it, as frames per step.
     """
 
     level_name: str
@@ -41,6 +42,7 @@ class ActorJobConfig:
     unroll_length: int = 20
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0
+    frame_skip: int = 0
     seed: int = 0
     connect_timeout_secs: float = 600.0
     secret_file: str = ""
@@ -49,7 +51,9 @@ class ActorJobConfig:
         if self.task < 0:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
-        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
+        check_playing_flags(
+            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+        )
         check_actor_job_flags(self.num_envs, self.connect_timeout_secs)
         if not self.secret_file:
             raise ValueError(
@@ -72,6 +76,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         env_seed,
         config.num_action_repeats,
         config.repeat_action_probability,
+        config.frame_skip,
     ) as env:
         agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(

@@ -4,9 +4,10 @@ Atari ids (`PongNoFrameskip-v4`, `ALE/Breakout-v5`, ...; recognised by their
 registered entry point in `ale_py`, see `_atari_game`) run in `ale_py.AtariVectorEnv`
 (`_AtariBackend`), a C++ vector environment that steps all games in native threads and
 applies the DeepMind preprocessing: up to `noop_max` no-ops and FIRE (where the game has
-it) on reset, frame skip 4 with max-pooling of the last two frames, 84x84 greyscale, a
-stack of the last 4 frames, the minimal action set and unclipped rewards (the learner
-clips). Sticky actions are off unless `EnvConfig.repeat_action_probability` turns them on.
+it) on reset, frame skip 4 (or `EnvConfig.frame_skip`) with max-pooling of the last two
+frames, 84x84 greyscale, a stack of the last 4 frames, the minimal action set and unclipped
+rewards (the learner clips). Sticky actions are off unless
+`EnvConfig.repeat_action_probability` turns them on.
 
 For evaluation (`serial.py`), `_make_atari_game` builds one game as Gymnasium's own ALE
 env under `AtariPreprocessing`, arranged to give the very observations `AtariVectorEnv`
@@ -23,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from impala.envs.config import ATARI_FRAME_SKIP, ATARI_OBSERVATION_SHAPE, EnvConfig, _Transition
+from impala.envs.config import ATARI_OBSERVATION_SHAPE, EnvConfig, _Transition
 
 # ALE frame counters are C ints that wrap; differences are taken modulo this.
 _FRAME_COUNTER_MODULUS = 2**32
@@ -56,7 +57,7 @@ class _AtariBackend:
     """
 
     def __init__(self, config: EnvConfig, game: str) -> None:
-        self.frames_per_step = ATARI_FRAME_SKIP * config.num_action_repeats
+        self.frames_per_step = config.atari_frames_per_step
         self._env = ale_py.AtariVectorEnv(
             game,
             config.num_envs,
@@ -313,7 +314,7 @@ def _make_atari_game(config: EnvConfig) -> gym.Env:
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=0,  # _AtariStart does them, after FIRE, as AtariVectorEnv does.
-        frame_skip=ATARI_FRAME_SKIP * config.num_action_repeats,
+        frame_skip=config.atari_frames_per_step,
         screen_size=ATARI_OBSERVATION_SHAPE[0],
         terminal_on_life_loss=False,
         grayscale_obs=True,

@@ -14,10 +14,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from impala.configs import check_repeat_action_probability
+from impala.configs import check_frame_skip, check_repeat_action_probability
 
-# Emulator frames per agent step in the DeepMind Atari setup; `num_action_repeats`
-# multiplies it.
+# Emulator frames per agent step in the DeepMind Atari setup, unless `EnvConfig.frame_skip`
+# says otherwise; `num_action_repeats` multiplies it.
 ATARI_FRAME_SKIP = 4
 # Height, width, stacked frames: NHWC, the layout the networks expect.
 ATARI_OBSERVATION_SHAPE = (84, 84, 4)
@@ -45,7 +45,7 @@ class EnvConfig:
             first `reset()`; an actor with index `a` should therefore use e.g.
             `base_seed + a * num_envs` so that no two environments share a seed.
         num_action_repeats: Times each agent action is repeated ON TOP of the
-            Atari frame skip of 4 (Atari: frame skip `4 * num_action_repeats`;
+            Atari frame skip (Atari: frame skip `frame_skip * num_action_repeats`;
             other ids: a wrapper repeats the action, summing rewards and stopping
             at the end of an episode).
         episodic_life: Atari only: a lost life ends a training episode (`done`).
@@ -56,6 +56,11 @@ class EnvConfig:
             frame the game repeats its previous action instead of the agent's with this
             probability (0.25 in the Gymnasium v5 protocol; 0 in the v4 one, which
             evaluation uses). In [0, 1).
+        frame_skip: Atari only: emulator frames each agent step runs, the last two
+            max-pooled into the observed frame; 0 means `ATARI_FRAME_SKIP` (4,
+            DeepMind's), any other value is at least 2. An odd skip alternates the emulator frame's
+            parity from one step to the next, where 4 keeps a game on the parity
+            its no-op start gave it. Other ids take 0 only.
         max_episode_frames: Emulator frames after which an episode is truncated
             (counted as `done`). 108,000 is Atari's usual 30 minutes. For other
             ids it caps underlying env steps on top of the id's own time limit.
@@ -73,6 +78,7 @@ class EnvConfig:
     episodic_life: bool = True
     noop_max: int = 30
     repeat_action_probability: float = 0.0
+    frame_skip: int = 0
     max_episode_frames: int = 108_000
     num_threads: int = 0
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -90,6 +96,7 @@ class EnvConfig:
         _check_int("max_episode_frames", self.max_episode_frames, minimum=1, hint="108000")
         _check_int("num_threads", self.num_threads, minimum=0, hint="0 = automatic")
         check_repeat_action_probability(self.repeat_action_probability)
+        check_frame_skip(self.frame_skip, self.num_action_repeats)
         if not isinstance(self.episodic_life, bool):
             raise ValueError(f"--episodic_life must be True or False, got {self.episodic_life!r}")
         if self.seed + self.num_envs - 1 > _MAX_C_INT:
@@ -109,6 +116,12 @@ class EnvConfig:
             )
         # A private copy keeps the frozen config immune to later edits by the caller.
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+
+    @property
+    def atari_frames_per_step(self) -> int:
+        """Emulator frames an agent step runs in an Atari game: frame skip x action repeats."""
+        frame_skip = self.frame_skip or ATARI_FRAME_SKIP
+        return frame_skip * self.num_action_repeats
 
 
 def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:

@@ -52,7 +52,7 @@ def make_environment(config: EnvConfig) -> VectorEnvironment:
     Raises:
         ValueError: `config.level_name` is not a registered id, or its action
             space is not Discrete, or `env_kwargs` are given for an Atari id, or
-            sticky actions for another.
+            sticky actions or a frame skip for another.
     """
     spec = _find_spec(config.level_name)
     family = next(family for family in _FAMILIES if family.serves(spec))
@@ -67,8 +67,8 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
     Python (slower) and can show its RGB screen (`VectorEnvironment.render`). Atari ids
     run Gymnasium's own ALE env (frameskip 1, minimal action set, sticky actions as
     `config.repeat_action_probability` says)
-    under `AtariPreprocessing` (frame skip 4 x repeats, max-pooling the last two frames,
-    84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
+    under `AtariPreprocessing` (frame skip (4 or `config.frame_skip`) x repeats, max-pooling
+    the last two frames, 84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
     `AtariVectorEnv` does them (`_AtariStart`) and 4 stacked frames, zeros before the
     game began. With `noop_max=0` and no sticky actions its observations, rewards and
     episode ends equal `make_environment(config)`'s exactly
@@ -91,13 +91,19 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
 
 def _check_family_settings(config: EnvConfig, spec: gym.envs.registration.EnvSpec) -> None:
     """Training and evaluation alike: `env_kwargs` are for ids other than Atari ones, sticky
-    actions for Atari ids only."""
+    actions and frame skips for Atari ids only."""
     if _atari_game(spec) is not None:
         _check_no_atari_env_kwargs(config)
     elif config.repeat_action_probability:
         raise ValueError(
             f"--repeat_action_probability={config.repeat_action_probability}: sticky actions "
             f"are an Atari setting, and {config.level_name!r} is not an Atari id; use 0"
+        )
+    elif config.frame_skip:
+        raise ValueError(
+            f"--frame_skip={config.frame_skip}: the frame skip is an Atari setting, and "
+            f"{config.level_name!r} is not an Atari id; use 0 (--num_action_repeats repeats "
+            f"actions of any id)"
         )
 
 

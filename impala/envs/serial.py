@@ -17,7 +17,6 @@ import numpy as np
 
 from impala.envs.atari import _atari_game, _lives_lost, _make_atari_game, _to_nhwc
 from impala.envs.config import (
-    ATARI_FRAME_SKIP,
     ATARI_FRAMES_PER_SECOND,
     ATARI_OBSERVATION_SHAPE,
     EnvConfig,
@@ -71,7 +70,7 @@ class _SerialBackend:
         env = self._envs[0]
         self.num_actions = _discrete_actions(config.level_name, env.action_space)
         if self._atari:
-            self.frames_per_step = ATARI_FRAME_SKIP * config.num_action_repeats
+            self.frames_per_step = config.atari_frames_per_step
             self.observation_shape = ATARI_OBSERVATION_SHAPE
             self.observation_dtype = np.dtype(np.uint8)
             fps = ATARI_FRAMES_PER_SECOND

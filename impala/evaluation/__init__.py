@@ -81,6 +81,7 @@ class EvalConfig:
       seed: game k (from 0) is seeded `seed + k`; action sampling is seeded `seed`.
       level_name, agent_name: None to play what the checkpoint holds; given, they must
         match it.
+      frame_skip: 0 to play with the checkpoint's; given, it must match it.
     """
 
     checkpoint: str
@@ -91,6 +92,7 @@ class EvalConfig:
     seed: int = 0
     level_name: str | None = None
     agent_name: str | None = None
+    frame_skip: int = 0
 
     def __post_init__(self):
         if not isinstance(self.checkpoint, str) or not self.checkpoint:
@@ -109,6 +111,7 @@ class EvalConfig:
         for flag, value in (("level_name", self.level_name), ("agent_name", self.agent_name)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"--{flag}={value!r}: must be a name, or left out")
+        configs.check_frame_skip(self.frame_skip)
 
 
 def _is_int(value: Any) -> bool:

@@ -65,7 +65,8 @@ def read_identity(path: str) -> dict[str, Any]:
 
 
 def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> None:
-    """Raises a one-line ValueError if an explicit --level_name or --agent_name differs."""
+    """Raises a one-line ValueError if an explicit --level_name, --agent_name or --frame_skip
+    differs."""
     if config.level_name is not None and config.level_name != identity["level_name"]:
         raise ValueError(
             f"--level_name={config.level_name} differs from the checkpoint's "
@@ -78,6 +79,12 @@ def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> N
         raise ValueError(
             f"--agent_name={config.agent_name} differs from the checkpoint's "
             f"{identity['agent_name']} ({path}); leave --agent_name out to use its network"
+        )
+    if config.frame_skip and config.frame_skip != _frame_skip(identity):
+        raise ValueError(
+            f"--frame_skip={config.frame_skip} differs from the checkpoint's "
+            f"{_frame_skip(identity) or 'none (not an Atari id)'} ({path}); leave --frame_skip "
+            f"out to play as it was trained"
         )
 
 
@@ -115,15 +122,16 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
 def environment_config(
     identity: dict[str, Any], num_games: int, seed: int, repeat_action_probability: float = 0.0
 ) -> envs.EnvConfig:
-    """The checkpoint's game, one environment per game, environment i seeded `seed + i`;
-    without sticky actions (`--mode=test`'s protocol) unless `repeat_action_probability` (to
-    play as a run's actors did)."""
+    """The checkpoint's game and frame skip, one environment per game, environment i seeded
+    `seed + i`; without sticky actions (`--mode=test`'s protocol) unless
+    `repeat_action_probability` (to play as a run's actors did)."""
     return envs.EnvConfig(
         level_name=identity["level_name"],
         num_envs=num_games,
         seed=seed,
         num_action_repeats=identity["num_action_repeats"],
         repeat_action_probability=repeat_action_probability,
+        frame_skip=_frame_skip(identity),
         # As in training, a lost Atari life is a `done` for the agent (a recurrent one
         # starts afresh there); the game goes on, and the scores are of whole games.
         episodic_life=True,
@@ -138,3 +146,13 @@ def check_environment(env: envs.VectorEnvironment, identity: dict, path: str) ->
                 f"{identity['level_name']} now has {key} {value}, but the checkpoint {path} "
                 f"was trained with {identity[key]}"
             )
+
+
+def _frame_skip(identity: dict[str, Any]) -> int:
+    """The Atari frame skip a run trained with, 0 for other ids: the frames of one step over
+    the action repeats, which is 1 exactly where there is no frame skip (an Atari one is at
+    least 2). A checkpoint from before the frame skip could be chosen has the default one (0)."""
+    if "frames_per_step" not in identity:
+        return 0
+    frame_skip = identity["frames_per_step"] // identity["num_action_repeats"]
+    return 0 if frame_skip == 1 else frame_skip

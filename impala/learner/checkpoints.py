@@ -169,7 +169,9 @@ class Checkpointer:
         return written
 
     def _restore(self, path: str) -> None:
-        saved = read_identity(path)
+        saved = run_identity.with_legacy_frame_skip(
+            read_identity(path), run_identity.decode(self._identity)
+        )
         if saved != run_identity.decode(self._identity):
             differences = run_identity.mismatch(
                 run_identity.decode(self._identity), saved, "this run", "the checkpoint"

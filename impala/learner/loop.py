@@ -62,6 +62,7 @@ class LearnerJobConfig:
     learner_hosts: tuple[str, ...]
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0
+    frame_skip: int = 0
     seed: int = 0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     queue_capacity: int = 0
@@ -83,7 +84,9 @@ class LearnerJobConfig:
             raise ValueError(
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
             )
-        check_playing_flags(self.num_action_repeats, self.seed, self.repeat_action_probability)
+        check_playing_flags(
+            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+        )
         check_learner_job_flags(
             self.queue_capacity,
             self.learner.batch_size,
@@ -271,6 +274,7 @@ def _build_agent(config: LearnerJobConfig):
         num_envs=1,
         num_action_repeats=config.num_action_repeats,
         repeat_action_probability=config.repeat_action_probability,
+        frame_skip=config.frame_skip,
     ) as env:
         env_info = _EnvInfo(
             num_actions=env.num_actions,

@@ -25,9 +25,32 @@ def test_sticky_actions_reach_the_actors_and_the_single_process_trainer():
     assert local.repeat_action_probability == 0.25
 
 
+def test_the_frame_skip_reaches_every_role_and_the_evaluation():
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(
+            [
+                "experiment.py",
+                "--frame_skip=3",
+                "--learner_hosts=localhost:8001",
+                "--secret_file=secret",
+                "--checkpoint=runs/x",
+            ]
+        )
+        experiment.apply_preset()
+        configs = (
+            experiment.actor_job_config_from_flags(),
+            experiment.learner_job_config_from_flags(),
+            experiment.local_config_from_flags(),
+            experiment.evaluation_config_from_flags(),
+        )
+    assert [config.frame_skip for config in configs] == [3, 3, 3, 3]
+
+
 def test_without_the_flag_there_are_no_sticky_actions():
     with flagsaver.flagsaver():
         FLAGS.unparse_flags()
         FLAGS(["experiment.py"])
         experiment.apply_preset()
         assert experiment.local_config_from_flags().repeat_action_probability == 0.0
+        assert experiment.local_config_from_flags().frame_skip == 0  # Atari's 4

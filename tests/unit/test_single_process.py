@@ -39,3 +39,15 @@ def test_plays_with_the_sticky_actions_it_is_given():
     env, _ = single_process.build(config)
     with env:
         assert env.config.repeat_action_probability == 0.25
+
+
+def test_plays_with_the_frame_skip_it_is_given():
+    config = single_process.LocalConfig(
+        level_name="PongNoFrameskip-v4",
+        agent_name="MLPAgent",
+        frame_skip=3,
+        learner=LearnerConfig(batch_size=2),
+    )
+    env, _ = single_process.build(config)
+    with env:
+        assert env.frames_per_step == 3

@@ -90,6 +90,50 @@ def test_atari_truncation_counts_frames():
         ]
 
 
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+@pytest.mark.parametrize("frame_skip, num_action_repeats", [(3, 1), (5, 2)])
+def test_atari_frame_skip_sets_the_emulator_frames_of_a_step(make, frame_skip, num_action_repeats):
+    """ALE's own frame count: each step runs frame_skip x repeats frames, so a frame limit of
+    one step less than 5 steps' frames ends the game in the fifth step."""
+    frames_per_step = frame_skip * num_action_repeats
+    config = EnvConfig(
+        PONG,
+        frame_skip=frame_skip,
+        num_action_repeats=num_action_repeats,
+        noop_max=0,
+        max_episode_frames=5 * frames_per_step - 1,
+    )
+    with make(config) as env:
+        assert env.frames_per_step == frames_per_step
+        env.reset()
+        dones = [bool(env.step(np.array([0])).done[0]) for _ in range(5)]
+        assert dones == [False] * 4 + [True]
+        (game,) = env.pop_episode_stats()
+        assert (game.episode_steps, game.episode_frames) == (5, 5 * frames_per_step - 1)
+
+
+def test_an_odd_frame_skip_plays_another_game_than_four():
+    """Observations of the same seeds and actions differ: the skip reaches the emulator."""
+
+    def play(frame_skip: int) -> np.ndarray:
+        with make_environment(EnvConfig(PONG, seed=5, frame_skip=frame_skip)) as env:
+            observations = [env.reset().observation]
+            for step in range(60):
+                observations.append(env.step(np.array([2 + step % 2])).observation)
+        return np.stack(observations)
+
+    default = play(0)
+    np.testing.assert_array_equal(default, play(4))  # 0 is DeepMind's 4.
+    assert not np.array_equal(default, play(3))
+
+
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_a_frame_skip_is_refused_outside_atari(make):
+    with pytest.raises(ValueError, match=r"^--frame_skip=3: .*not an Atari id") as error:
+        make(EnvConfig("CartPole-v1", frame_skip=3))
+    assert "\n" not in str(error.value)
+
+
 def test_breakout_life_loss_ends_training_episode_but_not_the_game():
     """Same seed and actions with and without episodic_life: same games, more dones."""
     runs = {}
@@ -391,6 +435,12 @@ def test_continuous_action_space_is_rejected(level_name):
         ("repeat_action_probability", float("inf")),
         ("repeat_action_probability", True),
         ("repeat_action_probability", "0.25"),
+        ("frame_skip", 1),
+        ("frame_skip", -4),
+        ("frame_skip", True),
+        ("frame_skip", 3.0),
+        ("frame_skip", "3"),
+        ("frame_skip", 2**31),
     ],
 )
 def test_bad_options_name_the_field(field, value):

@@ -51,6 +51,9 @@ def _random_play(env, num_steps: int, seed: int = 0) -> list[StepOutput]:
         # 16 games stepped by 2 C++ threads, each given its own action: each action reaches
         # its own game, whatever order the threads finish in.
         ("PongNoFrameskip-v4", {"num_envs": 16, "num_threads": 2}, 100),
+        # An odd frame skip: the max-pooled frames alternate in parity from step to step.
+        ("PongNoFrameskip-v4", {"num_envs": 2, "frame_skip": 3}, 100),
+        (BREAKOUT, {"num_envs": 1, "frame_skip": 5}, 100),
     ],
 )
 def test_evaluation_environment_plays_the_training_games_exactly(level_name, options, num_steps):
@@ -74,6 +77,8 @@ def test_evaluation_environment_plays_the_training_games_exactly(level_name, opt
     dones = sum(int(output.done.sum()) for output in expected[1:])
     if "max_episode_frames" in options:
         assert len(games) == 2 and all(game.episode_frames == 90 for game in games)
+    elif level_name == BREAKOUT and "frame_skip" in options:
+        assert dones >= 1  # Across a lost life at least.
     elif level_name == BREAKOUT:
         assert (len(games), dones, games[0].episode_return) == (1, 5, 1.0)
 
@@ -193,6 +198,7 @@ def test_missing_checkpoints_are_one_line_errors_naming_the_path(cartpole_run, n
     [
         ({"level_name": "Acrobot-v1"}, "--level_name=Acrobot-v1 differs from the checkpoint's "),
         ({"agent_name": "ResNetAgent"}, "--agent_name=ResNetAgent differs from the checkpoint's "),
+        ({"frame_skip": 3}, "--frame_skip=3 differs from the checkpoint's "),
     ],
 )
 def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
@@ -201,8 +207,27 @@ def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
     run_dir, _ = cartpole_run
     with pytest.raises(ValueError) as error:
         evaluation.run(EvalConfig(checkpoint=run_dir, **option), report=lambda line: None)
-    saved = "CartPole-v1" if "level_name" in option else "MLPAgent"
+    saved = {
+        "level_name": "CartPole-v1",
+        "agent_name": "MLPAgent",
+        "frame_skip": "none (not an Atari id)",
+    }[next(iter(option))]
     assert str(error.value).startswith(f"{expected}{saved} (")
+
+
+@pytest.mark.parametrize(
+    "identity, frames_per_step",
+    [
+        ({"level_name": BREAKOUT, "num_action_repeats": 2, "frames_per_step": 6}, 6),
+        ({"level_name": BREAKOUT, "num_action_repeats": 1, "frames_per_step": 4}, 4),
+        ({"level_name": BREAKOUT, "num_action_repeats": 1}, 4),  # kept before frames per step
+        ({"level_name": "CartPole-v1", "num_action_repeats": 2, "frames_per_step": 2}, 2),
+    ],
+)
+def test_games_are_played_with_the_checkpoints_frame_skip(identity, frames_per_step):
+    config = evaluation.environment_config(identity, 1, 0)
+    with make_evaluation_environment(config) as env:
+        assert env.frames_per_step == frames_per_step
 
 
 def test_restores_every_weight_of_the_checkpoint_it_names(cartpole_run):

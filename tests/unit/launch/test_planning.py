@@ -153,6 +153,11 @@ def _check_as_launcher(*argv):
             ["--repeat_action_probability=-0.5"],
             "--repeat_action_probability=-0.5: must be a number",
         ),
+        (["--frame_skip=1"], "--frame_skip=1: must be 0 (the default: 4, DeepMind's) or an"),
+        (
+            ["--frame_skip=1073741824", "--num_action_repeats=2"],
+            "--frame_skip=1073741824: x --num_action_repeats=2 must fit ALE's 32-bit frame counts",
+        ),
         (
             ["--num_action_repeats=536870912"],
             "--num_action_repeats=536870912: must be at most 536870911",

@@ -116,6 +116,40 @@ def test_refuses_a_checkpoint_from_another_environment_naming_both(tmp_path):
         loader.restore_latest()
 
 
+PONG_IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent_name": "MLPAgent", "num_actions": 6}
+
+
+@pytest.mark.parametrize(
+    "saved_frames_per_step, run_frames_per_step, refused",
+    [
+        (4, 4, False),
+        (4, 3, True),  # Another frame skip is another game for the network.
+        (None, 8, False),  # From before frames per step were kept: the default skip, 4 x 2.
+        (None, 6, True),  # ... which is not 3 x 2.
+    ],
+)
+def test_a_resume_keeps_the_frame_skip(
+    tmp_path, saved_frames_per_step, run_frames_per_step, refused
+):
+    agent, trainer = _trainer(seed=0)
+    repeats = 1 if saved_frames_per_step else 2
+    saved = dict(PONG_IDENTITY, num_action_repeats=repeats)
+    if saved_frames_per_step:
+        saved["frames_per_step"] = saved_frames_per_step
+    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, saved, keep=1).save(1, 1)
+    run = dict(PONG_IDENTITY, num_action_repeats=repeats, frames_per_step=run_frames_per_step)
+    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, run, keep=1)
+    if refused:
+        with pytest.raises(
+            checkpoints.CheckpointMismatchError,
+            match=f"frames_per_step: the checkpoint has {saved_frames_per_step}, "
+            f"this run has {run_frames_per_step}",
+        ):
+            loader.restore_latest()
+    else:
+        assert loader.restore_latest()
+
+
 def _saved_run(tmp_path, versions=(1, 2, 3)):
     """Checkpoints at `versions` (100 frames each), with each version's weights."""
     agent, trainer = _trainer(seed=0)

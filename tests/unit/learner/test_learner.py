@@ -369,6 +369,7 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
         ("seed", -1, "--seed=-1: must be >= 0"),
         ("repeat_action_probability", 1.0, "--repeat_action_probability=1.0: must be a number"),
+        ("frame_skip", True, "--frame_skip=True: must be 0 (the default: 4, DeepMind's) or"),
     ],
 )
 def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
@@ -395,3 +396,21 @@ def test_a_learner_refuses_sticky_actions_its_actors_would_refuse():
     )
     with pytest.raises(ValueError, match=r"^--repeat_action_probability=0\.25: .*not an Atari id"):
         learner_loop._build_agent(config)
+
+
+def test_a_learner_builds_its_environment_with_the_frame_skip():
+    # Its identity's frames per step, which actors must match, and the refusal of other ids.
+    def frames_per_step(level_name: str, frame_skip: int) -> int:
+        config = learner_loop.LearnerJobConfig(
+            level_name=level_name,
+            agent_name="MLPAgent",
+            learner_hosts=("localhost:8001",),
+            frame_skip=frame_skip,
+            secret_file="secret",
+        )
+        return learner_loop._build_agent(config)[0].frames_per_step
+
+    assert frames_per_step("PongNoFrameskip-v4", 0) == 4
+    assert frames_per_step("PongNoFrameskip-v4", 3) == 3
+    with pytest.raises(ValueError, match=r"^--frame_skip=3: .*not an Atari id"):
+        frames_per_step("CartPole-v1", 3)
