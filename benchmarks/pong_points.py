@@ -60,6 +60,8 @@ BALL_X, BALL_Y = 49, 54
 MIDLINE_X = 128
 _CENTRE = 8  # a served ball appears within this of the midline
 _SERVE_JUMP = 16  # ... coming from further than the fastest ball moves in a step
+# ... of at most this many frames (measured at 4; random play at 2 and 3 finds every serve too).
+MAX_FRAMES_PER_STEP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +109,12 @@ def play_games(
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
+    frames_per_step = identity.get("frames_per_step", envs.ATARI_FRAME_SKIP)
+    if frames_per_step > MAX_FRAMES_PER_STEP:
+        raise ValueError(
+            f"{path}: trained with {frames_per_step} frames a step; the ball's serves and "
+            f"returns are read for at most {MAX_FRAMES_PER_STEP}"
+        )
     config = restore.environment_config(identity, num_games, seed, repeat_action_probability)
     traces = [([], [], []) for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games

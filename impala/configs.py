@@ -156,7 +156,8 @@ def check_frame_skip(frame_skip: Any, num_action_repeats: int = 1) -> None:
         frame_skip * num_action_repeats <= 2**31 - 1,
         "frame_skip",
         frame_skip,
-        f"x --num_action_repeats={num_action_repeats} must fit ALE's 32-bit frame counts",
+        f"times --num_action_repeats={num_action_repeats} exceeds 2**31 - 1, the largest frame "
+        "count ALE keeps",
     )
 
 

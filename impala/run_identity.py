@@ -80,17 +80,21 @@ def with_legacy_frame_skip(saved: dict[str, Any], current: dict[str, Any]) -> di
 
     Checkpoints written before the frame skip could be chosen do not hold `frames_per_step`:
     they were trained with the default one, 4 emulator frames per action repeat in Atari games
-    and 1 elsewhere. Such a checkpoint is taken to hold the current run's `frames_per_step`
-    where that is the default one, so a resume compares equal, and is left without it where
-    not, so that the comparison names the difference.
+    and 1 elsewhere. For a checkpoint of `current`'s game, that is filled in: the game is an
+    Atari one exactly where `current` runs more than one frame per action repeat (no other
+    family skips frames). Of another game, `saved` is left as it is: the game's name differs.
     """
     if "frames_per_step" in saved or "frames_per_step" not in current:
         return saved
-    per_repeat = current["frames_per_step"] // max(1, current["num_action_repeats"])
-    if per_repeat in (1, _DEFAULT_ATARI_FRAME_SKIP):
-        return {**saved, "frames_per_step": current["frames_per_step"]}
-    return saved
+    if saved.get("level_name") != current.get("level_name"):
+        return saved
+    atari = current["frames_per_step"] > current["num_action_repeats"]
+    frames_per_repeat = _DEFAULT_ATARI_FRAME_SKIP if atari else 1
+    return {**saved, "frames_per_step": frames_per_repeat * saved["num_action_repeats"]}
 
+
+# Keys named in `mismatch` by the flags that set them, where those are not the key itself.
+_LABELS = {"frames_per_step": "frames_per_step (--frame_skip x --num_action_repeats)"}
 
 # `impala.envs.ATARI_FRAME_SKIP`, here without importing the environments.
 _DEFAULT_ATARI_FRAME_SKIP = 4
@@ -106,7 +110,8 @@ def mismatch(
     """One line naming every setting in which `other` (an actor, a checkpoint) differs from
     `reference` (its learner, this run), with both values, or ''."""
     differences = [
-        f"{key}: {other_name} has {other.get(key)!r}, {reference_name} has {reference.get(key)!r}"
+        f"{_LABELS.get(key, key)}: {other_name} has {other.get(key)!r}, "
+        f"{reference_name} has {reference.get(key)!r}"
         for key in sorted(set(reference) | set(other))
         if reference.get(key) != other.get(key)
     ]

@@ -74,9 +74,9 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         config.level_name,
         config.num_envs,
         env_seed,
-        config.num_action_repeats,
-        config.repeat_action_probability,
-        config.frame_skip,
+        num_action_repeats=config.num_action_repeats,
+        repeat_action_probability=config.repeat_action_probability,
+        frame_skip=config.frame_skip,
     ) as env:
         agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(

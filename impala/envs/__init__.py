@@ -47,7 +47,7 @@ from impala.envs.config import (
     EpisodeStats,
     StepOutput,
 )
-from impala.envs.registry import make_environment, make_evaluation_environment
+from impala.envs.registry import is_atari, make_environment, make_evaluation_environment
 from impala.envs.testing import COUNTER_LEVEL, CounterEnv, decode_counter, decode_episode_step
 from impala.envs.vector import VectorEnvironment
 
@@ -63,6 +63,7 @@ __all__ = [
     "VectorEnvironment",
     "decode_counter",
     "decode_episode_step",
+    "is_atari",
     "make_environment",
     "make_evaluation_environment",
 ]

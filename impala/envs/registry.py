@@ -89,6 +89,12 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
     return VectorEnvironment(_SerialBackend(config, spec, render), config)
 
 
+def is_atari(level_name: str) -> bool:
+    """Whether `level_name` is an Atari id (one the Atari family plays); a one-line ValueError
+    for an id that is not registered."""
+    return atari.serves(_find_spec(level_name))
+
+
 def _check_family_settings(config: EnvConfig, spec: gym.envs.registration.EnvSpec) -> None:
     """Training and evaluation alike: `env_kwargs` are for ids other than Atari ones, sticky
     actions and frame skips for Atari ids only."""

@@ -150,9 +150,10 @@ def check_environment(env: envs.VectorEnvironment, identity: dict, path: str) ->
 
 def _frame_skip(identity: dict[str, Any]) -> int:
     """The Atari frame skip a run trained with, 0 for other ids: the frames of one step over
-    the action repeats, which is 1 exactly where there is no frame skip (an Atari one is at
-    least 2). A checkpoint from before the frame skip could be chosen has the default one (0)."""
-    if "frames_per_step" not in identity:
+    the action repeats. A checkpoint from before the frame skip could be chosen was trained
+    with the default one."""
+    if not envs.is_atari(identity["level_name"]):
         return 0
-    frame_skip = identity["frames_per_step"] // identity["num_action_repeats"]
-    return 0 if frame_skip == 1 else frame_skip
+    if "frames_per_step" not in identity:
+        return envs.ATARI_FRAME_SKIP
+    return identity["frames_per_step"] // identity["num_action_repeats"]

@@ -216,6 +216,25 @@ def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
 
 
 @pytest.mark.parametrize(
+    "identity, accepted, refused",
+    [
+        # Kept before frames per step were: trained with the default skip.
+        ({"num_action_repeats": 1}, 4, 3),
+        ({"num_action_repeats": 2, "frames_per_step": 6}, 3, 4),
+    ],
+)
+def test_an_atari_checkpoints_frame_skip_is_the_one_accepted(identity, accepted, refused):
+    identity = {"level_name": BREAKOUT, **identity}
+    evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_skip=accepted), "c")
+    evaluation.check_identity(identity, EvalConfig(checkpoint="c"), "c")  # 0: the checkpoint's
+    with pytest.raises(
+        ValueError,
+        match=rf"^--frame_skip={refused} differs from the checkpoint's {accepted} \(c\); leave",
+    ):
+        evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_skip=refused), "c")
+
+
+@pytest.mark.parametrize(
     "identity, frames_per_step",
     [
         ({"level_name": BREAKOUT, "num_action_repeats": 2, "frames_per_step": 6}, 6),

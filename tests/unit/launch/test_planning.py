@@ -156,7 +156,7 @@ def _check_as_launcher(*argv):
         (["--frame_skip=1"], "--frame_skip=1: must be 0 (the default: 4, DeepMind's) or an"),
         (
             ["--frame_skip=1073741824", "--num_action_repeats=2"],
-            "--frame_skip=1073741824: x --num_action_repeats=2 must fit ALE's 32-bit frame counts",
+            "--frame_skip=1073741824: times --num_action_repeats=2 exceeds 2**31 - 1, the largest",
         ),
         (
             ["--num_action_repeats=536870912"],

@@ -3,6 +3,7 @@ refusing another run's checkpoint (a real learner stopped and resumed is in
 tests/e2e/test_resume.py)."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -122,15 +123,16 @@ PONG_IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent_name": "MLPAgent", "
 @pytest.mark.parametrize(
     "saved_frames_per_step, run_frames_per_step, refused",
     [
-        (4, 4, False),
-        (4, 3, True),  # Another frame skip is another game for the network.
-        (None, 8, False),  # From before frames per step were kept: the default skip, 4 x 2.
-        (None, 6, True),  # ... which is not 3 x 2.
+        (4, 4, None),
+        (4, 3, 4),  # Another frame skip is another game for the network.
+        (None, 8, None),  # From before frames per step were kept: the default skip, 4 x 2.
+        (None, 6, 8),  # ... which is not 3 x 2.
     ],
 )
 def test_a_resume_keeps_the_frame_skip(
     tmp_path, saved_frames_per_step, run_frames_per_step, refused
 ):
+    """`refused`: None, or the checkpoint's frames per step the refusal names."""
     agent, trainer = _trainer(seed=0)
     repeats = 1 if saved_frames_per_step else 2
     saved = dict(PONG_IDENTITY, num_action_repeats=repeats)
@@ -142,8 +144,10 @@ def test_a_resume_keeps_the_frame_skip(
     if refused:
         with pytest.raises(
             checkpoints.CheckpointMismatchError,
-            match=f"frames_per_step: the checkpoint has {saved_frames_per_step}, "
-            f"this run has {run_frames_per_step}",
+            match=re.escape(
+                f"frames_per_step (--frame_skip x --num_action_repeats): the checkpoint has "
+                f"{refused}, this run has {run_frames_per_step}"
+            ),
         ):
             loader.restore_latest()
     else:
