@@ -29,25 +29,15 @@ def test_trains_to_its_budget_and_reports_the_games_played():
     assert any(not (b == a.numpy()).all() for b, a in zip(before, after, strict=True))
 
 
-def test_plays_with_the_sticky_actions_it_is_given():
+def test_plays_with_the_sticky_actions_and_frame_skip_it_is_given():
     config = single_process.LocalConfig(
         level_name="PongNoFrameskip-v4",
         agent_name="MLPAgent",
         repeat_action_probability=0.25,
-        learner=LearnerConfig(batch_size=2),
-    )
-    env, _ = single_process.build(config)
-    with env:
-        assert env.config.repeat_action_probability == 0.25
-
-
-def test_plays_with_the_frame_skip_it_is_given():
-    config = single_process.LocalConfig(
-        level_name="PongNoFrameskip-v4",
-        agent_name="MLPAgent",
         frame_skip=3,
         learner=LearnerConfig(batch_size=2),
     )
     env, _ = single_process.build(config)
     with env:
+        assert env.config.repeat_action_probability == 0.25
         assert env.frames_per_step == 3
