@@ -17,9 +17,11 @@ def save_checkpoints(
     versions=(3, 7),
     shape=(4,),
     num_actions=None,
+    frames_per_step=None,
 ) -> list[list[np.ndarray]]:
     """Writes checkpoints as the learner does (weights, optimizer, counters, identity);
-    returns each one's weights."""
+    returns each one's weights. Without `frames_per_step` the identity is one kept before
+    frames per step were (the game's default frame skip)."""
     dtype = "float32" if len(shape) == 1 else "uint8"
     if num_actions is None:
         num_actions = 2 if level_name == "CartPole-v1" else 4  # Breakout's
@@ -35,6 +37,8 @@ def save_checkpoints(
         "observation_dtype": dtype,
         "num_action_repeats": 1,
     }
+    if frames_per_step is not None:
+        identity["frames_per_step"] = frames_per_step
     saver = checkpoints.Checkpointer(
         os.path.join(run_dir, "checkpoints"), agent, trainer.optimizer, identity, keep=3
     )

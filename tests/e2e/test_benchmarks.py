@@ -191,6 +191,20 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         f"pong_points.py: error: {tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: "
         "trained on 'CartPole-v1', not Pong"
     )
+    save_checkpoints(
+        str(tmp_path / "skip5"),
+        level_name="PongNoFrameskip-v4",
+        agent_name="ShallowConvNetAgent",
+        shape=(84, 84, 4),
+        num_actions=6,
+        frames_per_step=5,
+    )
+    skip5 = _run(str(tmp_path / "skip5"), script="pong_points")
+    assert skip5.returncode == 1 and "Traceback" not in skip5.stderr
+    assert skip5.stderr.strip().splitlines()[-1] == (
+        f"pong_points.py: error: {tmp_path / 'skip5' / 'checkpoints' / 'ckpt-7'}: trained with "
+        "5 frames a step; the ball's serves and returns are read for at most 4"
+    )
 
 
 @pytest.mark.parametrize(
