@@ -109,13 +109,12 @@ def play_games(
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
-    frames_per_step = identity.get("frames_per_step", envs.ATARI_FRAME_SKIP)
-    if frames_per_step > MAX_FRAMES_PER_STEP:
-        raise ValueError(
-            f"{path}: trained with {frames_per_step} frames a step; the ball's serves and "
-            f"returns are read for at most {MAX_FRAMES_PER_STEP}"
-        )
     config = restore.environment_config(identity, num_games, seed, repeat_action_probability)
+    if config.atari_frames_per_step > MAX_FRAMES_PER_STEP:
+        raise ValueError(
+            f"{path}: trained with {config.atari_frames_per_step} frames a step; the ball's "
+            f"serves and returns are read for at most {MAX_FRAMES_PER_STEP}"
+        )
     traces = [([], [], []) for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games
     with envs.make_evaluation_environment(config) as env:

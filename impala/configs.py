@@ -125,7 +125,10 @@ def _require(ok: bool, flag: str, value: Any, what: str) -> None:
 
 # ---- Job-level flags: checked by each process's job config, and by launchers before starting.
 
-MAX_ACTION_REPEATS = (2**31 - 1) // 4
+# Emulator frames per agent step in the DeepMind Atari setup, unless --frame_skip says otherwise
+# (`impala.envs` uses it; here, the checks and run identities need no environments).
+ATARI_FRAME_SKIP = 4
+MAX_ACTION_REPEATS = (2**31 - 1) // ATARI_FRAME_SKIP
 # Atari frame skips: at least 2, since each step max-pools its last two frames; at most as many
 # as keep `frame_skip * num_action_repeats` within ALE's 32-bit frame counts.
 MIN_FRAME_SKIP = 2

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from impala.configs import ATARI_FRAME_SKIP
+
 # Every key of an identity, in the order they are described.
 KEYS = (
     "level_name",
@@ -89,15 +91,12 @@ def with_legacy_frame_skip(saved: dict[str, Any], current: dict[str, Any]) -> di
     if saved.get("level_name") != current.get("level_name"):
         return saved
     atari = current["frames_per_step"] > current["num_action_repeats"]
-    frames_per_repeat = _DEFAULT_ATARI_FRAME_SKIP if atari else 1
+    frames_per_repeat = ATARI_FRAME_SKIP if atari else 1
     return {**saved, "frames_per_step": frames_per_repeat * saved["num_action_repeats"]}
 
 
 # Keys named in `mismatch` by the flags that set them, where those are not the key itself.
 _LABELS = {"frames_per_step": "frames_per_step (--frame_skip x --num_action_repeats)"}
-
-# `impala.envs.ATARI_FRAME_SKIP`, here without importing the environments.
-_DEFAULT_ATARI_FRAME_SKIP = 4
 
 
 def decode(encoded: str | bytes) -> dict[str, Any]:

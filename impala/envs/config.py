@@ -14,11 +14,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from impala.configs import check_frame_skip, check_repeat_action_probability
+# ATARI_FRAME_SKIP: emulator frames per agent step in the DeepMind Atari setup, unless
+# `EnvConfig.frame_skip` says otherwise; `num_action_repeats` multiplies it.
+from impala.configs import ATARI_FRAME_SKIP, check_frame_skip, check_repeat_action_probability
 
-# Emulator frames per agent step in the DeepMind Atari setup, unless `EnvConfig.frame_skip`
-# says otherwise; `num_action_repeats` multiplies it.
-ATARI_FRAME_SKIP = 4
 # Height, width, stacked frames: NHWC, the layout the networks expect.
 ATARI_OBSERVATION_SHAPE = (84, 84, 4)
 # The Atari 2600 (NTSC) draws 60 frames a second: an Atari game's real speed.
@@ -58,9 +57,9 @@ class EnvConfig:
             evaluation uses). In [0, 1).
         frame_skip: Atari only: emulator frames each agent step runs, the last two
             max-pooled into the observed frame; 0 means `ATARI_FRAME_SKIP` (4,
-            DeepMind's), any other value is at least 2. An odd skip alternates the emulator frame's
-            parity from one step to the next, where 4 keeps a game on the parity
-            its no-op start gave it. Other ids take 0 only.
+            DeepMind's), any other value is at least 2. An odd skip alternates the
+            emulator frame's parity from one step to the next, where 4 keeps a game on
+            the parity its no-op start gave it. Other ids take 0 only.
         max_episode_frames: Emulator frames after which an episode is truncated
             (counted as `done`). 108,000 is Atari's usual 30 minutes. For other
             ids it caps underlying env steps on top of the id's own time limit.

@@ -169,13 +169,10 @@ class Checkpointer:
         return written
 
     def _restore(self, path: str) -> None:
-        saved = run_identity.with_legacy_frame_skip(
-            read_identity(path), run_identity.decode(self._identity)
-        )
-        if saved != run_identity.decode(self._identity):
-            differences = run_identity.mismatch(
-                run_identity.decode(self._identity), saved, "this run", "the checkpoint"
-            )
+        current = run_identity.decode(self._identity)
+        saved = run_identity.with_legacy_frame_skip(read_identity(path), current)
+        if saved != current:
+            differences = run_identity.mismatch(current, saved, "this run", "the checkpoint")
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
         self._checkpoint.read(path).assert_existing_objects_matched()
 
