@@ -42,6 +42,14 @@ class TrajectoryStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def has_room(self) -> tf.Tensor:
+        """A scalar bool tensor: whether `admit` would store a chunk now.
+
+        Actors ask this before they send an unroll, so that a full store costs them a small
+        call rather than a refused unroll of megabytes.
+        """
+
+    @abc.abstractmethod
     def take(self, batch_size: tf.Tensor) -> list[tf.Tensor]:
         """Blocks until a batch can be taken and returns it, each component [batch_size, ...].
 
@@ -86,11 +94,13 @@ class FifoStore(TrajectoryStore):
             self._queue.enqueue_many(components)
             return tf.constant(True)
 
+        return tf.cond(self.has_room(), insert, lambda: tf.constant(False))
+
+    def has_room(self) -> tf.Tensor:
         # A chunk that does not fit whole is still let in while the queue is not full: refusing
         # it could leave fewer than a batch queued and every actor waiting for room (a deadlock
         # when the capacity is close to a batch).
-        full = self._queue.size() >= self._capacity
-        return tf.cond(full, lambda: tf.constant(False), insert)
+        return self._queue.size() < self._capacity
 
     def take(self, batch_size: tf.Tensor) -> list[tf.Tensor]:
         return self._queue.dequeue_many(batch_size)

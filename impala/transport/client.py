@@ -22,6 +22,7 @@ from impala.transport.wire import (
     _UNAUTHORIZED_HELLO,
     _UNAUTHORIZED_VERSION,
     FINISHED,
+    LEARNER_METHODS,
     MAX_MESSAGE_BYTES,
     QUEUE_FULL,
     REFUSED,
@@ -88,6 +89,12 @@ class ActorClient:
             raise LearnerUnreachableError(
                 f"no learner answers at {address}: {error.message.splitlines()[0]}"
             ) from None
+        missing = sorted(set(LEARNER_METHODS) - set(self._client._method_registry))
+        if missing:
+            raise MismatchError(
+                f"the learner at {address} does not serve {', '.join(missing)}: it runs other "
+                "code than this actor (start learners and actors from the same checkout)"
+            )
         self.version = -1
         answer = (
             self._call(
@@ -124,20 +131,39 @@ class ActorClient:
             self._chunk_args(unroll, slice(start, min(start + per_chunk, num_envs)))
             for start in range(0, num_envs, per_chunk)
         ]
-        backoff = 0.002
         while chunks:
-            # All chunks in flight at once; those refused for a full queue go again.
+            self._wait_for_room()
+            # All chunks in flight at once; those refused for a full queue (another actor's
+            # filled it meanwhile) go again once there is room.
             pending = [(args, self._start_call("enqueue", args)) for args in chunks]
             statuses = [(args, int(self._check(result, "enqueue"))) for args, result in pending]
-            if any(status == UNAUTHORIZED for _, status in statuses):
-                raise self._unauthorized()
-            if any(status == FINISHED for _, status in statuses):
-                raise LearnerFinishedError(f"learner at {self._address} has finished")
+            self._raise_for(status for _, status in statuses)
             self.refused_chunks += sum(status == REFUSED for _, status in statuses)
             chunks = [args for args, status in statuses if status == QUEUE_FULL]
-            if chunks:
-                time.sleep(backoff)
-                backoff = min(2 * backoff, 0.05)
+
+    def _wait_for_room(self) -> None:
+        """Returns once the learner's store would admit a chunk, asking with a small call.
+
+        Unrolls are not sent to a full store to see whether it takes them: a refused unroll's
+        megabytes would have travelled and been decoded and checked for nothing, on the
+        learner's CPU (with a one-batch queue, most of the unrolls sent were refused).
+        """
+        backoff = 0.002
+        while True:
+            status = int(self._call("room"))
+            self._raise_for([status])
+            if status != QUEUE_FULL:
+                return
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 0.02)
+
+    def _raise_for(self, statuses) -> None:
+        """Raises for the statuses that end sending: the secret refused, the learner done."""
+        statuses = list(statuses)
+        if UNAUTHORIZED in statuses:
+            raise self._unauthorized()
+        if FINISHED in statuses:
+            raise LearnerFinishedError(f"learner at {self._address} has finished")
 
     def _chunk_args(self, unroll: Unroll, envs: slice) -> list:
         """`enqueue`'s arguments for the trajectories of environments `envs`."""

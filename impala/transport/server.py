@@ -202,6 +202,7 @@ class LearnerService:
         secret = tf.TensorSpec([], tf.string)
         methods = {
             "hello": (self._hello, [secret, tf.TensorSpec([], tf.string), scalar]),
+            "room": (self._room, [secret]),
             "enqueue": (self._enqueue, self.spec.enqueue_signature()),
             "report_episodes": (
                 self._report_episodes,
@@ -268,6 +269,23 @@ class LearnerService:
             tf.equal(actor_identity, self._identity), "", "MISMATCH:" + self._identity
         )
         return tf.where(self._owns(actor_task), mismatch, wrong_learner)
+
+    def _room(self, secret):
+        """Whether the store would admit a chunk now: ACCEPTED, QUEUE_FULL or FINISHED.
+
+        Actors ask before sending an unroll: sent to a full store, its megabytes would travel
+        and be decoded and checked only to be refused.
+        """
+
+        def status():
+            full = tf.where(self._store.has_room(), ACCEPTED, QUEUE_FULL)
+            return tf.where(self._finished, FINISHED, full)
+
+        return tf.cond(
+            self._authorized(secret),
+            status,
+            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
+        )
 
     def _enqueue(self, secret, actor_task, weight_version, *fields):
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""

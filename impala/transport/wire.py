@@ -31,8 +31,17 @@ class LearnerUnreachableError(ConnectionError):
     """The learner did not answer (it died, or the network between us failed)."""
 
 
-# What `enqueue` and `report_episodes` answer: UNAUTHORIZED for a call without the run's secret,
-# REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`).
+# The RPC methods a learner serves (see the package docstring).
+LEARNER_METHODS = (
+    "hello",
+    "room",
+    "enqueue",
+    "report_episodes",
+    "weights_version",
+    "weights_chunk",
+)
+# What `room`, `enqueue` and `report_episodes` answer: UNAUTHORIZED for a call without the run's
+# secret, REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`).
 ACCEPTED, QUEUE_FULL, FINISHED, UNAUTHORIZED, REFUSED = 0, 1, 2, 3, 4
 # What `weights_version` answers once the learner has finished, and to a call without the secret.
 _FINISHED_VERSION = -2

@@ -335,6 +335,62 @@ def test_full_queue_blocks_the_actor_until_the_learner_dequeues(make_service):
         _assert_same_trajectories(batch, unroll, first_env=2 * index)
 
 
+class _CountingStore(FifoStore):
+    """A FIFO store that counts the chunks offered to it, admitted or not."""
+
+    def __init__(self, specs, capacity):
+        super().__init__(specs, capacity)
+        self.offered = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def admit(self, components):
+        with tf.control_dependencies([self.offered.assign_add(1)]):
+            return super().admit(components)
+
+
+def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
+    # Unrolls sent to a full queue travel, are decoded and checked, and are refused: the actor
+    # asks for room with a small call instead and sends its unroll once.
+    spec = _lstm_spec()
+    store = _CountingStore(spec.queue_specs(), capacity=2)
+    address = _free_address()
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store, secret=SECRET)
+    try:
+        rng = np.random.default_rng(21)
+        client = _client(address, spec)
+        client.send(_unroll(spec, 2, rng))  # fills the queue
+        assert int(store.offered) == 1
+        waiting = _unroll(spec, 2, rng, first_env=2)
+        sending = _Thread(client.send, waiting)
+        time.sleep(1.0)
+        assert sending.is_alive(), "send returned although the queue was full"
+        assert int(store.offered) == 1, "the unroll was sent to a full queue"
+        service.dequeue(2)
+        sending.join()
+        assert sending.error is None
+        assert int(store.offered) == 2
+        _assert_same_trajectories(service.dequeue(2), waiting, first_env=2)
+    finally:
+        service.close()
+
+
+def test_an_actor_refuses_a_learner_that_lacks_a_method():
+    # A learner of other code (one without `room`, say) is named at connecting, not met with
+    # a KeyError at the first unroll.
+    address = _free_address()
+    server = _rpc.Server.create("grpc", address)
+    server.register(
+        "hello",
+        tf.function(
+            lambda secret, identity, task: tf.constant(""),
+            input_signature=[tf.TensorSpec([], tf.string)] * 2 + [tf.TensorSpec([], tf.int32)],
+        ),
+    )
+    server.start()
+    spec = _lstm_spec()
+    with pytest.raises(MismatchError, match=f"learner at {address} does not serve enqueue, "):
+        _client(address, spec)
+
+
 def test_a_queue_of_one_batch_fills_whatever_the_chunk_sizes(make_service):
     # Chunks of 3 against a capacity and batch of 4: refusing a chunk that does not fit whole
     # left 3 queued, the learner waiting for a fourth and every actor waiting for room.
@@ -406,9 +462,11 @@ def test_fifo_store_admits_while_not_full_and_hands_out_in_order():
     assert int(store.size()) == 4
     assert not bool(admit(chunk(4, 1)))  # full: refused at once, nothing stored
     assert int(store.size()) == 4
+    assert not bool(tf.function(store.has_room)())
 
     ids, values = take(tf.constant(3))
     assert ids.numpy().tolist() == [0, 1, 2]
+    assert bool(store.has_room())
     np.testing.assert_array_equal(values.numpy(), [[0, 0], [1, -1], [2, -2]])
     assert bool(admit(chunk(4, 1)))
     store.close()
@@ -656,11 +714,13 @@ def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
 
     hello = stranger.hello(wrong, tf.constant("{}"), tf.constant(0, tf.int32)).get_value()
     assert hello.numpy() == b"UNAUTHORIZED"
-    assert _refused(service, "wrong secret") == 5
+    assert int(stranger.room(wrong).get_value()) == UNAUTHORIZED  # not even whether it is full
+    assert _refused(service, "wrong secret") == 6
 
     # The same calls with the secret work: the refusals were about the secret alone.
     right = tf.constant(SECRET)
     assert int(stranger.weights_version(right).get_value()) == 7
+    assert int(stranger.room(right).get_value()) == ACCEPTED
     assert int(stranger.enqueue(right, *args).get_value()) == ACCEPTED
     assert int(stranger.report_episodes(right, *episode).get_value()) == ACCEPTED
     assert service.queue_size == 2
