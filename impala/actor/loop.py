@@ -94,7 +94,11 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
                     # the environments and the recurrent state as they are.
                     report(f"actor {config.task}: {error}; reconnecting")
         except transport.LearnerFinishedError:
-            report(f"actor {config.task}: learner finished after {counts.unrolls} unrolls; exiting")
+            report(
+                f"actor {config.task}: learner finished after {counts.unrolls} unrolls "
+                f"({counts.sent_chunks} chunks sent, {counts.full_chunks} of them to a queue "
+                "another actor had just filled); exiting"
+            )
         return counts.unrolls
 
 
@@ -120,6 +124,8 @@ _WAIT_REPORT_SECS = 30.0
 @dataclasses.dataclass
 class _Counts:
     unrolls: int = 0
+    sent_chunks: int = 0  # over every connection
+    full_chunks: int = 0
 
 
 def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) -> None:
@@ -128,8 +134,12 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
     report(f"actor {config.task} acting for learner {config.learner_address}")
     while True:
         _update_weights(client, actor)
-        refused = client.refused_chunks
-        client.send(actor.unroll())
+        refused, sent, full = client.refused_chunks, client.sent_chunks, client.full_chunks
+        try:
+            client.send(actor.unroll())
+        finally:
+            counts.sent_chunks += client.sent_chunks - sent
+            counts.full_chunks += client.full_chunks - full
         if client.refused_chunks > refused:
             report(
                 f"actor {config.task}: the learner refused an unroll ({client.refused_chunks} "

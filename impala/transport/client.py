@@ -75,6 +75,10 @@ class ActorClient:
         # Chunks of trajectories the learner refused (it says why in its log); a sound actor
         # sees this only for unrolls acted with weights a restarted learner no longer has.
         self.refused_chunks = 0
+        # Chunks sent, and those of them answered QUEUE_FULL (another actor filled the queue
+        # between the answer to `room` and their arrival) and so sent again.
+        self.sent_chunks = 0
+        self.full_chunks = 0
         try:
             self._client = _rpc.Client.create(
                 "grpc",
@@ -140,6 +144,8 @@ class ActorClient:
             self._raise_for(status for _, status in statuses)
             self.refused_chunks += sum(status == REFUSED for _, status in statuses)
             chunks = [args for args, status in statuses if status == QUEUE_FULL]
+            self.sent_chunks += len(statuses)
+            self.full_chunks += len(chunks)
 
     def _wait_for_room(self) -> None:
         """Returns once the learner's store would admit a chunk, asking with a small call.

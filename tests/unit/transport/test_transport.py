@@ -368,6 +368,7 @@ def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
         sending.join()
         assert sending.error is None
         assert int(store.offered) == 2
+        assert (client.sent_chunks, client.full_chunks) == (2, 0)
         _assert_same_trajectories(service.dequeue(2), waiting, first_env=2)
     finally:
         service.close()
