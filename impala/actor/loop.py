@@ -97,7 +97,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
             report(
                 f"actor {config.task}: learner finished after {counts.unrolls} unrolls "
                 f"({counts.sent_chunks} chunks sent, {counts.full_chunks} of them to a queue "
-                "another actor had just filled); exiting"
+                "that had filled while they travelled); exiting"
             )
         return counts.unrolls
 

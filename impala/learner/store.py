@@ -31,8 +31,8 @@ class TrajectoryStore(abc.ABC):
     def admit(self, components: Sequence[tf.Tensor]) -> tf.Tensor:
         """Stores a chunk of `n` trajectories unless the store is full.
 
-        Never blocks: a full store answers False and the actor retries shortly (backpressure
-        without RPCs that outlive a learner).
+        Never blocks: a full store answers False, and the actor asks for room (`has_room`)
+        until there is some (backpressure without RPCs that outlive a learner).
 
         Args:
           components: the chunk, each component [n, ...] in `UnrollSpec.queue_specs()` order.
@@ -46,7 +46,8 @@ class TrajectoryStore(abc.ABC):
         """A scalar bool tensor: whether `admit` would store a chunk now.
 
         Actors ask this before they send an unroll, so that a full store costs them a small
-        call rather than a refused unroll of megabytes.
+        call rather than a refused unroll of megabytes. It must answer False whenever `admit`
+        would refuse any chunk: an actor told there is room sends at once.
         """
 
     @abc.abstractmethod
@@ -78,8 +79,9 @@ class FifoStore(TrajectoryStore):
 
         Args:
           specs: one trajectory's components, `UnrollSpec.queue_specs()`.
-          capacity: trajectories the queue holds before `admit` asks actors to wait. A chunk is
-            accepted while fewer are queued, so the queue may pass it by one chunk; that way a
+          capacity: trajectories the queue holds before it refuses chunks (actors then wait for
+            room). A chunk is accepted while fewer are queued, so the queue may pass it (by up to
+            an unroll, whose chunks arrive together on several server threads); that way a
             capacity of one batch cannot leave the learner short of a batch while every actor
             waits for room.
         """

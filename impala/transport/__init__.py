@@ -15,9 +15,10 @@ training whatever arrives. Traffic is not encrypted (see the README's threat mod
 What travels how:
 - `hello`: the actor's identity and task; the learner answers whether it may connect.
 - `room`: whether the learner's store would take a chunk now; an actor asks before it sends an
-  unroll, and while the answer is `QUEUE_FULL`, so that unrolls travel only to be queued.
+  unroll, and again while the answer is `QUEUE_FULL`, so that unrolls are not sent to a full
+  store to see whether it takes them.
 - `enqueue`: chunks of whole trajectories, time-major; the learner answers `ACCEPTED`,
-  `QUEUE_FULL` (another actor filled the store first: the actor asks for room again),
+  `QUEUE_FULL` (the store filled while the chunk travelled: the actor asks for room again),
   `FINISHED`, `UNAUTHORIZED` or `REFUSED`.
 - `report_episodes`: the real returns, agent steps and frames of finished episodes.
 - `weights_version`, `weights_chunk`: the learner's weights, as a versioned snapshot string

@@ -75,8 +75,9 @@ class ActorClient:
         # Chunks of trajectories the learner refused (it says why in its log); a sound actor
         # sees this only for unrolls acted with weights a restarted learner no longer has.
         self.refused_chunks = 0
-        # Chunks sent, and those of them answered QUEUE_FULL (another actor filled the queue
-        # between the answer to `room` and their arrival) and so sent again.
+        # Chunks sent, and those of them answered QUEUE_FULL and so sent again: the queue filled
+        # between the answer to `room` and their arrival (with the other chunks of the same
+        # unroll, which travel together, or another actor's).
         self.sent_chunks = 0
         self.full_chunks = 0
         try:
@@ -137,15 +138,15 @@ class ActorClient:
         ]
         while chunks:
             self._wait_for_room()
-            # All chunks in flight at once; those refused for a full queue (another actor's
-            # filled it meanwhile) go again once there is room.
+            # All chunks in flight at once; those refused for a full queue (filled meanwhile,
+            # by this unroll's other chunks or another actor's) go again once there is room.
             pending = [(args, self._start_call("enqueue", args)) for args in chunks]
             statuses = [(args, int(self._check(result, "enqueue"))) for args, result in pending]
-            self._raise_for(status for _, status in statuses)
+            self.sent_chunks += len(statuses)
             self.refused_chunks += sum(status == REFUSED for _, status in statuses)
             chunks = [args for args, status in statuses if status == QUEUE_FULL]
-            self.sent_chunks += len(statuses)
             self.full_chunks += len(chunks)
+            self._raise_for(status for _, status in statuses)
 
     def _wait_for_room(self) -> None:
         """Returns once the learner's store would admit a chunk, asking with a small call.
@@ -280,6 +281,6 @@ class ActorClient:
                 f"{method} call to learner {self._address} failed: {message}"
             )
         if error_type is tf.errors.CancelledError or "closed" in message:
-            # The learner closed its queue while this enqueue waited for room in it.
+            # The learner closed its queue while this call was in flight.
             raise LearnerFinishedError(f"learner at {self._address} has finished")
         raise error_type(None, None, f"{method} on learner {self._address}: {message}")

@@ -108,7 +108,7 @@ class LearnerService:
           variables: the weights actors fetch, in a fixed order.
           learner_index: this learner's index; actor task i belongs to learner i % num_learners.
           num_learners: the number of learners.
-          queue_capacity: trajectories the queue holds before `enqueue` asks actors to wait,
+          queue_capacity: trajectories the queue holds before actors wait for room,
             for a `FifoStore` (see there) made here; give either this or `store`.
           secret: the run secret (`run_secret.LENGTH` hexadecimal digits) every call carries.
           store: where trajectories wait for the learner; its `capacity` is `queue_capacity`.
@@ -271,7 +271,8 @@ class LearnerService:
         return tf.where(self._owns(actor_task), mismatch, wrong_learner)
 
     def _room(self, secret):
-        """Whether the store would admit a chunk now: ACCEPTED, QUEUE_FULL or FINISHED.
+        """Whether the store would admit a chunk now: ACCEPTED, QUEUE_FULL or FINISHED
+        (UNAUTHORIZED, and nothing else, to a caller without the secret).
 
         Actors ask before sending an unroll: sent to a full store, its megabytes would travel
         and be decoded and checked only to be refused.
@@ -365,7 +366,7 @@ class LearnerService:
             return tf.constant(ACCEPTED)
 
         # Never block a server thread on a full store: `admit` refuses the chunk, and the actor
-        # retries shortly (backpressure without RPCs that outlive a learner).
+        # asks for room again (backpressure without RPCs that outlive a learner).
         def admit():
             admitted = self._store.admit(components)
             return tf.cond(admitted, accepted, lambda: tf.constant(QUEUE_FULL))
