@@ -80,13 +80,14 @@ def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> N
             f"--agent_name={config.agent_name} differs from the checkpoint's "
             f"{identity['agent_name']} ({path}); leave --agent_name out to use its network"
         )
-    trained_skip = _frame_skip(identity) if config.frame_skip else None
-    if config.frame_skip and config.frame_skip != trained_skip:
-        raise ValueError(
-            f"--frame_skip={config.frame_skip} differs from the checkpoint's "
-            f"{trained_skip or 'none (not an Atari id)'} ({path}); leave --frame_skip "
-            f"out to play as it was trained"
-        )
+    if config.frame_skip:
+        trained_skip = _frame_skip(identity)
+        if config.frame_skip != trained_skip:
+            raise ValueError(
+                f"--frame_skip={config.frame_skip} differs from the checkpoint's "
+                f"{trained_skip or 'none (not an Atari id)'} ({path}); leave --frame_skip "
+                f"out to play as it was trained"
+            )
 
 
 def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
