@@ -50,6 +50,7 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         vtrace_lambda=FLAGS.vtrace_lambda,
         normalize_advantages=FLAGS.normalize_advantages,
         policy_clip=FLAGS.policy_clip,
+        policy_clip_center=FLAGS.policy_clip_center,
         baseline_cost=FLAGS.baseline_cost,
         entropy_cost=FLAGS.entropy_cost,
         reward_clipping=FLAGS.reward_clipping,

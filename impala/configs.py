@@ -15,6 +15,7 @@ from typing import Any
 
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 OPTIMIZER_CHOICES = ("rmsprop", "adam")
+POLICY_CLIP_CENTER_CHOICES = ("behaviour", "learner")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +28,9 @@ class LearnerConfig:
     vtrace_lambda: float = 1.0  # V-trace's trace decay (the paper's remark 2)
     normalize_advantages: bool = False  # policy-gradient advantages to mean 0, std 1 per batch
     policy_clip: float = 0.0  # PPO's clipped surrogate around the behaviour policy; 0: V-trace's
+    # Around which policy `policy_clip` clips: the behaviour policy that acted, or the learner's
+    # own when the batch arrived (PPO's objective decoupled from the behaviour policy).
+    policy_clip_center: str = "behaviour"
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
     reward_clipping: str = "abs_one"
@@ -55,6 +59,12 @@ class LearnerConfig:
         )
         _require(
             0.0 <= self.policy_clip < 1.0, "policy_clip", self.policy_clip, "must be in [0, 1)"
+        )
+        _require(
+            self.policy_clip_center in POLICY_CLIP_CENTER_CHOICES,
+            "policy_clip_center",
+            self.policy_clip_center,
+            f"must be one of {', '.join(POLICY_CLIP_CENTER_CHOICES)}",
         )
         _require(
             0 <= self.baseline_cost < math.inf,

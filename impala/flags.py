@@ -153,6 +153,16 @@ flags.DEFINE_float(
     "r + gamma * v_(s+1) - V(x_s) from the V-trace targets (as Sample Factory's APPO), which "
     "bounds how far several steps on one batch (--batch_reuse) move the policy.",
 )
+flags.DEFINE_enum(
+    "policy_clip_center",
+    "behaviour",
+    list(configs.POLICY_CLIP_CENTER_CHOICES),
+    "With --policy_clip: the policy whose ratio the surrogate clips. behaviour: the policy that "
+    "acted (pi / mu), a few batches behind the learner's. learner: the learner's own when the "
+    "batch arrived (pi / pi_prox, weighted by min(1, pi_prox / mu)), so that each batch may move "
+    "the policy by the clip's range whatever the policy lag: PPO's objective decoupled from the "
+    "behaviour policy (Hilton et al. 2021; IMPACT, Luo et al. 2020).",
+)
 flags.DEFINE_float("entropy_cost", 0.01, "Weight of the entropy bonus.")
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
 flags.DEFINE_enum(
@@ -229,6 +239,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "vtrace_lambda": 1.0,
         "normalize_advantages": False,
         "policy_clip": 0.0,
+        "policy_clip_center": "behaviour",
         "learning_rate_anneal_frames": 0.0,
         "discounting": 0.99,
         "entropy_cost": 0.01,

@@ -3,7 +3,9 @@
 Shapes follow `impala.trajectory.Batch`: a batch's steps are `[T + 1, B, ...]`, where B counts
 environment trajectories. The loss terms are sums over time and batch, as in the IMPALA paper's
 code, so the paper's learning rates apply unchanged. With `policy_clip` the policy term is PPO's
-clipped surrogate on V-trace's targets instead (`compute_clipped_policy_loss`).
+clipped surrogate on V-trace's targets instead (`compute_clipped_policy_loss`), centred on the
+behaviour policy or, with `policy_clip_center` "learner", on the learner's policy when the batch
+arrived.
 """
 
 from __future__ import annotations
@@ -52,19 +54,26 @@ def compute_policy_gradient_loss(
 
 
 def compute_clipped_policy_loss(
-    log_rhos: tf.Tensor, advantages: tf.Tensor, clip: float
+    log_rhos: tf.Tensor, advantages: tf.Tensor, clip: float, weights: tf.Tensor | float = 1.0
 ) -> tf.Tensor:
-    """PPO's clipped surrogate, negated and summed over [T, B].
+    """PPO's clipped surrogate, negated, weighted and summed over [T, B].
 
-    The ratio pi / mu = exp(log_rhos) is taken against the behaviour policy; where it has left
-    [1 - clip, 1 + clip] in the advantage's favour, the term is flat and gives no gradient.
+    The ratio exp(log_rhos) is pi over the policy the clip is centred on (the behaviour policy,
+    or the learner's when the batch arrived); where it has left [1 - clip, 1 + clip] in the
+    advantage's favour, the term is flat and gives no gradient. `weights` [T, B] (constants)
+    importance-weight each step's term.
     """
     ratio = tf.exp(log_rhos)
     advantages = tf.stop_gradient(advantages)
     surrogate = tf.minimum(
         ratio * advantages, tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip) * advantages
     )
-    return -tf.reduce_sum(surrogate)
+    return -tf.reduce_sum(tf.stop_gradient(weights) * surrogate)
+
+
+def log_probabilities(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+    """log pi(a) [T, B] of the taken `actions` [T, B] under [T, B, NUM_ACTIONS] `logits`."""
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
 
 
 def clipped_fraction(log_rhos: tf.Tensor, policy_clip: float) -> tf.Tensor:
@@ -86,10 +95,24 @@ class LossTerms(NamedTuple):
     baseline: tf.Tensor
     entropy: tf.Tensor
     clipped_fraction: tf.Tensor  # a statistic, not a term of the loss
+    # The learner's policy on the batch [T, B, NUM_ACTIONS], without gradient: where a
+    # learner-centred clip is centred on the later steps of a batch.
+    target_logits: tf.Tensor
 
 
-def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> LossTerms:
-    """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms."""
+def compute_loss(
+    agent: networks.Agent,
+    batch: Batch,
+    config: LearnerConfig,
+    proximal_logits: tf.Tensor | None = None,
+) -> LossTerms:
+    """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms.
+
+    Args:
+      proximal_logits: with `config.policy_clip_center` "learner", the learner's logits [T, B,
+        NUM_ACTIONS] when the batch arrived (`LossTerms.target_logits` of its first step); None
+        on that first step, where they are the learner's current ones.
+    """
     steps = batch.steps
     inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
     outputs, _ = agent.unroll(inputs, batch.agent_state)
@@ -120,9 +143,21 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
     if config.normalize_advantages:
         mean, variance = tf.nn.moments(advantages, axes=list(range(advantages.shape.rank)))
         advantages = (advantages - mean) / (tf.sqrt(variance) + 1e-8)
+    clip_log_ratios = vtrace_returns.log_rhos  # log pi / mu
     if config.policy_clip > 0:
+        weights = 1.0
+        if config.policy_clip_center == "learner":
+            if proximal_logits is None:
+                proximal_logits = tf.stop_gradient(target_logits)
+            # log pi_prox / mu: the behaviour's lag, corrected by a weight capped at V-trace's
+            # rho-bar of 1; the clip then bounds how far this batch moves the policy.
+            log_lag = log_probabilities(proximal_logits, actions) - log_probabilities(
+                steps.policy_logits[:-1], actions
+            )
+            clip_log_ratios = vtrace_returns.log_rhos - log_lag
+            weights = tf.minimum(1.0, tf.exp(log_lag))
         policy_gradient = compute_clipped_policy_loss(
-            vtrace_returns.log_rhos, advantages, config.policy_clip
+            clip_log_ratios, advantages, config.policy_clip, weights
         )
     else:
         policy_gradient = compute_policy_gradient_loss(target_logits, actions, advantages)
@@ -133,5 +168,6 @@ def compute_loss(agent: networks.Agent, batch: Batch, config: LearnerConfig) -> 
         policy_gradient=policy_gradient,
         baseline=baseline,
         entropy=entropy,
-        clipped_fraction=clipped_fraction(vtrace_returns.log_rhos, config.policy_clip),
+        clipped_fraction=clipped_fraction(clip_log_ratios, config.policy_clip),
+        target_logits=tf.stop_gradient(target_logits),
     )

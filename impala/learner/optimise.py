@@ -101,14 +101,20 @@ class Trainer:
     def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
         self.learning_rate.assign(annealed_learning_rate(self._config, frames))
         batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
+        # The learner's policy as the batch arrived: the first step's, before its update.
+        proximal_logits = None
         for _ in range(num_steps):
-            stats = self._train_step(batch)
+            stats, logits = self._train_step(batch, proximal_logits)
+            if self._config.policy_clip_center == "learner" and proximal_logits is None:
+                proximal_logits = logits
         return {name: float(value) for name, value in stats.items()}
 
-    def _step(self, batch: Batch) -> dict[str, tf.Tensor]:
+    def _step(
+        self, batch: Batch, proximal_logits: tf.Tensor | None
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         variables = self._agent.trainable_variables
         with tf.GradientTape() as tape:
-            loss = compute_loss(self._agent, batch, self._config)
+            loss = compute_loss(self._agent, batch, self._config, proximal_logits)
         gradients = self._wrap_tape(tape).gradient(loss.total, variables)
         gradient_norm = tf.linalg.global_norm(gradients)
         if self._config.gradients_clipping > 0:
@@ -124,4 +130,4 @@ class Trainer:
             "clipped_fraction": loss.clipped_fraction,
             "gradient_norm": gradient_norm,
             "learning_rate": tf.identity(self.learning_rate),
-        }
+        }, loss.target_logits

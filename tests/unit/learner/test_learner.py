@@ -81,18 +81,26 @@ def _log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def _reference_loss(steps, logits, values, config):
+def _reference_loss(steps, logits, values, config, proximal_logits=None):
     """The IMPALA loss written out step by step in float64 NumPy, from the paper (section 4.2).
 
     `logits` [T + 1, B, A] and `values` [T + 1, B] are the learner's outputs on `steps`. Time step
     t holds the observation x_t, the action a_t chosen there and the reward r_t paid on the way
-    into x_t, so a_t is paid by r_{t+1}. Returns the policy-gradient, baseline and entropy terms,
-    d(total)/d(logits[:-1]) and d(total)/d(values[:-1]).
+    into x_t, so a_t is paid by r_{t+1}. With PPO's clip centred on the learner, its ratio is
+    pi / pi_prox (`proximal_logits` [T, B, A], default the learner's own: a batch's first step)
+    and each term is weighted by min(1, pi_prox / mu). Returns the policy-gradient, baseline and
+    entropy terms, d(total)/d(logits[:-1]), d(total)/d(values[:-1]) and the ratios the clip
+    acts on [T, B].
     """
     num_steps = len(steps.action) - 1
     gamma, lam = config.discounting, config.vtrace_lambda
     log_pi = _log_softmax(logits.astype(np.float64))
     log_mu = _log_softmax(steps.policy_logits.astype(np.float64))
+    centred_on_learner = config.policy_clip and config.policy_clip_center == "learner"
+    if proximal_logits is None:
+        proximal_logits = logits[:-1]
+    log_prox = _log_softmax(proximal_logits.astype(np.float64)) if centred_on_learner else log_mu
+    clip_ratios = np.zeros(log_pi.shape[:2])[:-1]
     pg_terms, baseline_terms, entropy_terms = [], [], []
     grad_logits = np.zeros_like(log_pi[:-1])
     times = np.arange(num_steps + 1)
@@ -128,13 +136,15 @@ def _reference_loss(steps, logits, values, config):
             grad_log_pi = pi - np.eye(len(pi))[a[s]]
             if config.policy_clip:
                 eps = config.policy_clip
-                ratio = np.exp(log_pi[s, b, a[s]] - log_mu[s, b, a[s]])
+                ratio = np.exp(log_pi[s, b, a[s]] - log_prox[s, b, a[s]])
+                clip_ratios[s, b] = ratio
+                weight = min(1.0, np.exp(log_prox[s, b, a[s]] - log_mu[s, b, a[s]]))
                 unclipped = ratio * advantage
                 clipped = np.clip(ratio, 1 - eps, 1 + eps) * advantage
-                pg_terms.append(-min(unclipped, clipped))
+                pg_terms.append(-weight * min(unclipped, clipped))
                 # d ratio = ratio * d log pi(a); the clipped branch, when smaller, is flat.
                 active = unclipped <= clipped
-                grad_logits[s, b] = advantage * ratio * grad_log_pi if active else 0.0
+                grad_logits[s, b] = weight * advantage * ratio * grad_log_pi if active else 0.0
             else:
                 pg_terms.append(-log_pi[s, b, a[s]] * advantage)
                 grad_logits[s, b] = advantage * grad_log_pi
@@ -147,6 +157,7 @@ def _reference_loss(steps, logits, values, config):
         config.entropy_cost * np.sum(entropy_terms),
         grad_logits,
         grad_values,
+        clip_ratios,
     )
 
 
@@ -154,7 +165,7 @@ class _FixedOutputAgent(networks.Agent):
     """Outputs its variables as logits [T + 1, B, A] and values [T + 1, B], whatever it sees."""
 
     def __init__(self, logits, values):
-        super().__init__(logits.shape[-1])
+        super().__init__(logits.shape[-1], name="fixed_output_agent")
         self.logits = tf.Variable(logits, dtype=tf.float32)
         self.values = tf.Variable(values, dtype=tf.float32)
 
@@ -166,27 +177,40 @@ class _FixedOutputAgent(networks.Agent):
 
 
 @pytest.mark.parametrize(
-    "seed,vtrace_lambda,normalize,policy_clip",
+    "seed,vtrace_lambda,normalize,policy_clip,center,proximal",
     [
-        (0, 1.0, False, 0.0),
-        (1, 1.0, False, 0.0),
-        (2, 1.0, False, 0.0),
-        (3, 0.8, True, 0.0),
-        (4, 0.95, True, 0.2),
-        (5, 1.0, False, 0.1),
+        (0, 1.0, False, 0.0, "behaviour", False),
+        (1, 1.0, False, 0.0, "behaviour", False),
+        (2, 1.0, False, 0.0, "behaviour", False),
+        (3, 0.8, True, 0.0, "behaviour", False),
+        (4, 0.95, True, 0.2, "behaviour", False),
+        (5, 1.0, False, 0.1, "behaviour", False),
+        # A batch's first step (the clip centred on the current policy) and a later one.
+        (6, 0.95, True, 0.1, "learner", False),
+        (7, 0.95, True, 0.2, "learner", True),
+        (8, 1.0, False, 0.1, "learner", True),
     ],
 )
-def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, normalize, policy_clip):
+def test_compute_loss_against_an_independent_reference(
+    seed, vtrace_lambda, normalize, policy_clip, center, proximal
+):
     """Every term and the gradient reaching the logits, against `_reference_loss`.
 
     Fails if the policy gradient used the value targets instead of its own advantages, the
     behaviour instead of the target logits, the wrong sign or time shift, or let gradients into
-    the advantages; or if a cost were dropped from its term.
+    the advantages; if a cost were dropped from its term; or if a learner-centred clip took its
+    ratio or its weight against the wrong policy.
     """
     rng = np.random.default_rng(seed)
     batch = _batch(rng, num_steps=6, batch_size=4)
     logits = rng.normal(size=(7, 4, 3)).astype(np.float32)
     values = rng.normal(size=(7, 4)).astype(np.float32)
+    # The learner's policy some steps ago: between the behaviour's and today's.
+    proximal_logits = (
+        (0.5 * logits[:-1] + 0.5 * batch.steps.policy_logits[:-1]).astype(np.float32)
+        if proximal
+        else None
+    )
     config = LearnerConfig(
         baseline_cost=0.3,
         entropy_cost=0.05,
@@ -194,16 +218,19 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
         vtrace_lambda=vtrace_lambda,
         normalize_advantages=normalize,
         policy_clip=policy_clip,
+        policy_clip_center=center,
     )
     agent = _FixedOutputAgent(logits, values)
     with tf.GradientTape() as tape:
-        terms = loss.compute_loss(agent, batch, config)
+        terms = loss.compute_loss(
+            agent, batch, config, None if proximal_logits is None else tf.constant(proximal_logits)
+        )
     grad_logits, grad_values = (
         gradient.numpy() for gradient in tape.gradient(terms.total, [agent.logits, agent.values])
     )
 
-    pg, baseline, entropy, expected_grad, expected_grad_values = _reference_loss(
-        batch.steps, logits, values, config
+    pg, baseline, entropy, expected_grad, expected_grad_values, clip_ratios = _reference_loss(
+        batch.steps, logits, values, config, proximal_logits
     )
     np.testing.assert_allclose(terms.policy_gradient, pg, rtol=1e-4)
     np.testing.assert_allclose(terms.baseline, baseline, rtol=1e-4)
@@ -214,13 +241,19 @@ def test_compute_loss_against_an_independent_reference(seed, vtrace_lambda, norm
     # The bootstrap step is only evaluated: no gradient comes from it.
     np.testing.assert_array_equal(grad_logits[-1], 0.0)
     np.testing.assert_array_equal(grad_values[-1], 0.0)
-    # The statistic: the share of the T x B ratios pi / mu that a clip acts on.
-    taken = batch.steps.action[:-1, :, None]
-    log_pi = np.take_along_axis(_log_softmax(logits[:-1].astype(np.float64)), taken, -1)
-    log_mu = np.take_along_axis(_log_softmax(batch.steps.policy_logits[:-1]), taken, -1)
-    ratio = np.exp(log_pi - log_mu)
-    clipped = np.abs(ratio - 1) > policy_clip if policy_clip else ratio > 1
-    assert 0 < clipped.mean() < 1
+    np.testing.assert_allclose(terms.target_logits, logits[:-1])
+    # The statistic: the share of the T x B ratios that a clip acts on (pi / mu for V-trace's).
+    if policy_clip:
+        clipped = np.abs(clip_ratios - 1) > policy_clip
+    else:
+        taken = batch.steps.action[:-1, :, None]
+        log_pi = np.take_along_axis(_log_softmax(logits[:-1].astype(np.float64)), taken, -1)
+        log_mu = np.take_along_axis(_log_softmax(batch.steps.policy_logits[:-1]), taken, -1)
+        clipped = np.exp(log_pi - log_mu) > 1
+    if center == "learner" and not proximal:
+        assert clipped.mean() == 0  # the first step's ratios are all 1
+    else:
+        assert 0 < clipped.mean() < 1
     np.testing.assert_allclose(terms.clipped_fraction, clipped.mean(), rtol=1e-6)
 
 
@@ -297,6 +330,49 @@ def test_gradient_clipping_bounds_the_update():
     assert deltas[1e-3] < deltas[-1.0]
 
 
+def _reuse_by_hand(logits, values, batch, config, proximal_logits):
+    """`config.batch_reuse` steps written out, each centred on `proximal_logits(first logits)`
+    (None: on the policy of the step itself)."""
+    agent = _FixedOutputAgent(logits, values)
+    optimizer = optimise.make_optimizer(config, tf.Variable(config.learning_rate))
+    centre = proximal_logits(tf.constant(logits[:-1]))
+    for _ in range(config.batch_reuse):
+        with tf.GradientTape() as tape:
+            terms = loss.compute_loss(agent, batch, config, centre)
+        gradients = tape.gradient(terms.total, agent.trainable_variables)
+        gradients, _ = tf.clip_by_global_norm(gradients, config.gradients_clipping)
+        optimizer.apply(gradients, agent.trainable_variables)
+    return agent.logits.numpy()
+
+
+def test_a_learner_centred_clip_holds_the_batchs_first_policy_through_its_steps():
+    """Every step on a batch clips around the learner's policy as the batch arrived, not
+    around the policy of the step before (which would never clip) nor the behaviour's."""
+    rng = np.random.default_rng(9)
+    batch = _batch(rng, num_steps=6, batch_size=4)
+    logits = rng.normal(size=(7, 4, 3)).astype(np.float32)
+    values = rng.normal(size=(7, 4)).astype(np.float32)
+    config = LearnerConfig(
+        optimizer="adam",
+        learning_rate=0.2,  # large enough that a few steps carry ratios past the clip
+        epsilon=1e-5,
+        decay=0.999,
+        policy_clip=0.1,
+        policy_clip_center="learner",
+        normalize_advantages=True,
+        batch_reuse=3,
+        total_environment_frames=10**9,
+    )
+    agent = _FixedOutputAgent(logits, values)
+    stats = optimise.Trainer(agent, config).learn(batch, frames=0)
+    assert stats["clipped_fraction"] > 0  # the last step's ratios left the clip's range
+
+    held = _reuse_by_hand(logits, values, batch, config, lambda first: first)
+    np.testing.assert_allclose(agent.logits.numpy(), held, rtol=1e-5, atol=1e-6)
+    recentred = _reuse_by_hand(logits, values, batch, config, lambda first: None)
+    assert np.abs(held - recentred).max() > 1e-3
+
+
 def test_create_optimizer_slots_keeps_weights():
     agent = _mlp_agent()
     before = [v.numpy() for v in agent.trainable_variables]
@@ -318,6 +394,7 @@ def test_create_optimizer_slots_keeps_weights():
         ("policy_clip", 1.0, "--policy_clip=1.0: must be in [0, 1)"),
         ("learning_rate_anneal_frames", -1, "--learning_rate_anneal_frames=-1: must be >= 0"),
         ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
+        ("policy_clip_center", "mu", "--policy_clip_center=mu: must be one of behaviour, learner"),
         ("epsilon", 0.0, "--epsilon=0.0"),
         ("epsilon", float("inf"), "--epsilon=inf: must be a finite number > 0"),
         ("learning_rate", float("nan"), "--learning_rate=nan: must be a finite number > 0"),
