@@ -33,11 +33,20 @@ flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames a
 flags.DEFINE_string("agent_name", "ShallowConvNetAgent", "The checkpoints' network.")
 flags.DEFINE_integer("num_envs", 8, "Games played with random actions.", lower_bound=1)
 flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` network.")
+flags.DEFINE_integer(
+    "frame_skip",
+    0,
+    "Atari: the frame skip the checkpoints trained with (their run's --frame_skip); 0: the "
+    "default, 4.",
+    lower_bound=0,
+)
 
 
-def frames(level_name: str, num_envs: int, seed: int) -> tuple[np.ndarray, int]:
+def frames(
+    level_name: str, num_envs: int, seed: int, frame_skip: int = 0
+) -> tuple[np.ndarray, int]:
     """64 observations from random play (8 moments of `num_envs` games), and the action count."""
-    config = envs.EnvConfig(level_name, num_envs=num_envs, seed=seed)
+    config = envs.EnvConfig(level_name, num_envs=num_envs, seed=seed, frame_skip=frame_skip)
     with envs.make_environment(config) as env:
         output, kept = env.reset(), []
         rng = np.random.default_rng(seed)
@@ -70,7 +79,13 @@ def probe(agent: networks.FeedForwardAgent, observations: np.ndarray) -> dict[st
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         raise app.UsageError("give checkpoints (runs/<name>/checkpoints/ckpt-N) or init")
-    observations, num_actions = frames(FLAGS.level_name, FLAGS.num_envs, FLAGS.seed)
+    try:
+        observations, num_actions = frames(
+            FLAGS.level_name, FLAGS.num_envs, FLAGS.seed, FLAGS.frame_skip
+        )
+    except ValueError as error:
+        print(f"probe_network.py: error: {error}", file=sys.stderr)
+        return 2
     for path in argv[1:]:
         tf.random.set_seed(FLAGS.seed)
         agent = build.agent_for(

@@ -124,6 +124,13 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     (error,) = completed.stderr.strip().splitlines()[-1:]
     assert error.startswith(f"probe_network.py: error: cannot restore {tmp_path / 'ckpt-1'}: ")
     assert "Traceback" not in completed.stderr
+    # The frames are played with the checkpoints' frame skip, an Atari setting only.
+    completed = _run(
+        "--level_name=impala/Catch-v0", "--frame_skip=3", "init", script="probe_network"
+    )
+    assert completed.returncode == 2
+    (error,) = completed.stderr.strip().splitlines()[-1:]
+    assert error.startswith("probe_network.py: error: --frame_skip=3: the frame skip is an Atari")
 
 
 def test_probe_games_plays_each_environments_games_and_refuses_a_missing_checkpoint(tmp_path):
