@@ -33,6 +33,7 @@ QUICK_LEARNING_FLAGS = (
     "--batch_size=8",
     "--unroll_length=10",
     "--num_envs_per_actor=8",
+    "--entropy_cost=0.01",
 )
 
 _ROWS = 10
