@@ -71,11 +71,6 @@ def compute_clipped_policy_loss(
     return -tf.reduce_sum(tf.stop_gradient(weights) * surrogate)
 
 
-def log_probabilities(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
-    """log pi(a) [T, B] of the taken `actions` [T, B] under [T, B, NUM_ACTIONS] `logits`."""
-    return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=actions, logits=logits)
-
-
 def clipped_fraction(log_rhos: tf.Tensor, policy_clip: float) -> tf.Tensor:
     """The fraction of [T, B] steps whose ratio pi / mu lies beyond a clip's bound.
 
@@ -149,13 +144,14 @@ def compute_loss(
         if config.policy_clip_center == "learner":
             if proximal_logits is None:
                 proximal_logits = tf.stop_gradient(target_logits)
-            # log pi_prox / mu: the behaviour's lag, corrected by a weight capped at V-trace's
-            # rho-bar of 1; the clip then bounds how far this batch moves the policy.
-            log_lag = log_probabilities(proximal_logits, actions) - log_probabilities(
-                steps.policy_logits[:-1], actions
+            log_proximal = vtrace.log_probs_from_logits_and_actions(proximal_logits, actions)
+            # log pi / pi_prox: the clip bounds how far this batch moves the policy; the
+            # behaviour's lag, pi_prox / mu, is corrected by a weight capped at V-trace's
+            # rho-bar of 1.
+            clip_log_ratios = vtrace_returns.target_action_log_probs - log_proximal
+            weights = tf.minimum(
+                1.0, tf.exp(log_proximal - vtrace_returns.behaviour_action_log_probs)
             )
-            clip_log_ratios = vtrace_returns.log_rhos - log_lag
-            weights = tf.minimum(1.0, tf.exp(log_lag))
         policy_gradient = compute_clipped_policy_loss(
             clip_log_ratios, advantages, config.policy_clip, weights
         )
