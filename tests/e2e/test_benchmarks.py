@@ -131,6 +131,10 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     assert completed.returncode == 2
     (error,) = completed.stderr.strip().splitlines()[-1:]
     assert error.startswith("probe_network.py: error: --frame_skip=3: the frame skip is an Atari")
+    completed = _run("--frame_skip=-1", "init", script="probe_network")
+    assert completed.returncode != 0
+    assert "flag --frame_skip=-1: -1 is not a non-negative integer" in completed.stderr
+    assert "Traceback" not in completed.stderr
 
 
 def test_probe_games_plays_each_environments_games_and_refuses_a_missing_checkpoint(tmp_path):
