@@ -90,8 +90,9 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
                 try:
                     _act(client, actor, counts, config, report)
                 except transport.LearnerUnreachableError as error:
-                    # The learner may come back (a restart, a network blip): reconnect, keeping
-                    # the environments and the recurrent state as they are.
+                    # The learner may come back (a restart, a network blip), or be back
+                    # already (LearnerRestartedError): reconnect, so that it checks this actor,
+                    # keeping the environments and the recurrent state as they are.
                     report(f"actor {config.task}: {error}; reconnecting")
         except transport.LearnerFinishedError:
             report(

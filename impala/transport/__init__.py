@@ -19,7 +19,9 @@ What travels how:
   store to see whether it takes them.
 - `enqueue`: chunks of whole trajectories, time-major; the learner answers `ACCEPTED`,
   `QUEUE_FULL` (the store filled while the chunk travelled: the actor asks for room again),
-  `FINISHED`, `UNAUTHORIZED` or `REFUSED`.
+  `FINISHED`, `UNAUTHORIZED`, `REFUSED` or `UNKNOWN_ACTOR` (the actor's task has not said
+  `hello` to this learner: the learner restarted since the actor connected, and the RPC layer
+  reconnected to it on its own; the actor connects again, so that the new learner checks it).
 - `report_episodes`: the real returns, agent steps and frames of finished episodes.
 - `weights_version`, `weights_chunk`: the learner's weights, as a versioned snapshot string
   fetched in chunks.
@@ -46,8 +48,10 @@ from impala.transport.wire import (
     REFUSAL_REASONS,
     REFUSED,
     UNAUTHORIZED,
+    UNKNOWN_ACTOR,
     AuthenticationError,
     LearnerFinishedError,
+    LearnerRestartedError,
     LearnerUnreachableError,
     MismatchError,
     UnrollSpec,
@@ -62,10 +66,12 @@ __all__ = [
     "REFUSAL_REASONS",
     "REFUSED",
     "UNAUTHORIZED",
+    "UNKNOWN_ACTOR",
     "ActorClient",
     "AuthenticationError",
     "EpisodeBatch",
     "LearnerFinishedError",
+    "LearnerRestartedError",
     "LearnerService",
     "LearnerUnreachableError",
     "MismatchError",

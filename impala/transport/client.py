@@ -27,8 +27,10 @@ from impala.transport.wire import (
     QUEUE_FULL,
     REFUSED,
     UNAUTHORIZED,
+    UNKNOWN_ACTOR,
     AuthenticationError,
     LearnerFinishedError,
+    LearnerRestartedError,
     LearnerUnreachableError,
     MismatchError,
     UnrollSpec,
@@ -128,6 +130,8 @@ class ActorClient:
 
         Raises:
           LearnerFinishedError: the learner has finished.
+          LearnerRestartedError: the learner restarted since this client connected (the
+            unroll was not queued): connect again.
           LearnerUnreachableError: the learner did not answer.
         """
         num_envs = unroll.steps.prev_action.shape[1]
@@ -165,12 +169,17 @@ class ActorClient:
             backoff = min(2 * backoff, 0.02)
 
     def _raise_for(self, statuses) -> None:
-        """Raises for the statuses that end sending: the secret refused, the learner done."""
+        """Raises for the statuses that end sending: the secret refused, the learner done or
+        restarted."""
         statuses = list(statuses)
         if UNAUTHORIZED in statuses:
             raise self._unauthorized()
         if FINISHED in statuses:
             raise LearnerFinishedError(f"learner at {self._address} has finished")
+        if UNKNOWN_ACTOR in statuses:
+            raise LearnerRestartedError(
+                f"the learner at {self._address} restarted since actor {self._task} connected"
+            )
 
     def _chunk_args(self, unroll: Unroll, envs: slice) -> list:
         """`enqueue`'s arguments for the trajectories of environments `envs`."""

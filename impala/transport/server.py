@@ -28,6 +28,7 @@ from impala.transport.wire import (
     REFUSAL_REASONS,
     REFUSED,
     UNAUTHORIZED,
+    UNKNOWN_ACTOR,
     UnrollSpec,
     _split_steps,
     _swap_leading_axes,
@@ -292,13 +293,18 @@ class LearnerService:
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
         steps, agent_state = _split_steps(fields)
 
+        def sound():
+            # Only from a task that said hello to this learner: after a restart within a call's
+            # deadline the RPC layer reconnects an actor on its own, unchecked by this learner.
+            return tf.cond(
+                self._welcomes.lookup(tf.cast(actor_task, tf.int64)) > 0,
+                lambda: self._queue(actor_task, weight_version, steps, agent_state),
+                lambda: tf.constant(UNKNOWN_ACTOR),
+            )
+
         def checked():
             problem = self._trajectory_problem(actor_task, weight_version, steps, agent_state)
-            return tf.cond(
-                problem >= 0,
-                lambda: self._refuse(problem, tf.constant(REFUSED)),
-                lambda: self._queue(actor_task, weight_version, steps, agent_state),
-            )
+            return tf.cond(problem >= 0, lambda: self._refuse(problem, tf.constant(REFUSED)), sound)
 
         return tf.cond(
             self._authorized(secret),

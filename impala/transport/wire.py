@@ -31,6 +31,14 @@ class LearnerUnreachableError(ConnectionError):
     """The learner did not answer (it died, or the network between us failed)."""
 
 
+class LearnerRestartedError(LearnerUnreachableError):
+    """The learner at this address restarted since the actor connected: connect again.
+
+    The RPC layer reconnects on its own to a learner that comes back within a call's deadline,
+    so calls can reach the new learner without its having checked the actor (`hello`).
+    """
+
+
 # The RPC methods a learner serves (see the package docstring).
 LEARNER_METHODS = (
     "hello",
@@ -41,8 +49,10 @@ LEARNER_METHODS = (
     "weights_chunk",
 )
 # What `room`, `enqueue` and `report_episodes` answer: UNAUTHORIZED for a call without the run's
-# secret, REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`).
-ACCEPTED, QUEUE_FULL, FINISHED, UNAUTHORIZED, REFUSED = 0, 1, 2, 3, 4
+# secret, REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`),
+# UNKNOWN_ACTOR for sound trajectories from an actor task that has not said `hello` to this
+# learner (it restarted since the actor connected).
+ACCEPTED, QUEUE_FULL, FINISHED, UNAUTHORIZED, REFUSED, UNKNOWN_ACTOR = 0, 1, 2, 3, 4, 5
 # What `weights_version` answers once the learner has finished, and to a call without the secret.
 _FINISHED_VERSION = -2
 _UNAUTHORIZED_VERSION = -3

@@ -72,6 +72,10 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert finished["weights_version"] == stopped["weights_version"] + finished["steps"]
     assert finished["training_secs"] > stopped["training_secs"] > 0
     assert processes.wait(actor, 60) == 0  # it reconnected to the restarted learner
+    # ... and said hello to it, so that the restarted learner checked it and counts it (the RPC
+    # layer alone would have reconnected it unchecked, had the restart been quick).
+    assert "reconnecting" in processes.log(actor)
+    assert re.search(r"^\S+   step \d+ .*\| actors 1 \(back 0x\)$", log, re.M), log
     _check_curves_continue_across_the_resume(run_dir, stopped, finished)
     _check_plot(run_dir, tmp_path / "curves.png")
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from impala import run_identity
 from impala.learner.store import FifoStore
 from impala.trajectory import Steps, Unroll
 from impala.transport import (
@@ -22,9 +23,11 @@ from impala.transport import (
     REFUSAL_REASONS,
     REFUSED,
     UNAUTHORIZED,
+    UNKNOWN_ACTOR,
     ActorClient,
     AuthenticationError,
     LearnerFinishedError,
+    LearnerRestartedError,
     LearnerService,
     LearnerUnreachableError,
     MismatchError,
@@ -519,6 +522,45 @@ def test_calls_to_a_learner_that_is_gone_raise_unreachable():
         client.send(_unroll(spec, 1, np.random.default_rng(15)))
 
 
+def test_an_actor_whose_learner_restarted_connects_again_before_it_sends():
+    # gRPC reconnects on its own to a learner that comes back at the same address, so the
+    # client's next call reaches a learner that never checked it: it is told to say hello.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    address = _free_address()
+    rng = np.random.default_rng(16)
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+    client = _client(address, spec, actor_task=0)
+    client.send(_unroll(spec, 1, rng))
+    assert service.queue_size == 1
+    del service
+    gc.collect()  # the server stops when the service is collected
+    restarted = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+    try:
+        # Not refused (the trajectories are sound) nor queued: sent again after a new hello.
+        with pytest.raises(LearnerRestartedError, match="restarted since actor 0 connected"):
+            _wait_until_sent(client, _unroll(spec, 1, rng))
+        assert restarted.queue_size == 0 and restarted.connections == {}
+        assert sum(restarted.refusals.values()) == 0
+        again = _client(address, spec, actor_task=0)
+        again.send(_unroll(spec, 1, rng))
+        assert restarted.queue_size == 1 and restarted.connections == {0: 1}
+    finally:
+        restarted.close()
+
+
+def _wait_until_sent(client, unroll):
+    """Sends `unroll`, retrying while the learner is unreachable (the channel reconnecting)."""
+    deadline = time.monotonic() + THREAD_TIMEOUT_SECS
+    while True:
+        try:
+            return client.send(unroll)
+        except LearnerRestartedError:
+            raise
+        except LearnerUnreachableError:
+            assert time.monotonic() < deadline, "the learner stayed unreachable"
+            time.sleep(0.1)
+
+
 # ---- Weights --------------------------------------------------------------------------------
 
 
@@ -718,10 +760,14 @@ def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
     assert int(stranger.room(wrong).get_value()) == UNAUTHORIZED  # not even whether it is full
     assert _refused(service, "wrong secret") == 6
 
-    # The same calls with the secret work: the refusals were about the secret alone.
+    # The same calls with the secret work: the refusals were about the secret alone. (Its
+    # trajectories once it has said hello, as every actor does before it sends any.)
     right = tf.constant(SECRET)
     assert int(stranger.weights_version(right).get_value()) == 7
     assert int(stranger.room(right).get_value()) == ACCEPTED
+    assert int(stranger.enqueue(right, *args).get_value()) == UNKNOWN_ACTOR
+    identity = tf.constant(run_identity.encode(IDENTITY))
+    assert stranger.hello(right, identity, tf.constant(0, tf.int32)).get_value().numpy() == b""
     assert int(stranger.enqueue(right, *args).get_value()) == ACCEPTED
     assert int(stranger.report_episodes(right, *episode).get_value()) == ACCEPTED
     assert service.queue_size == 2
