@@ -293,22 +293,29 @@ class LearnerService:
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
         steps, agent_state = _split_steps(fields)
 
-        def sound():
-            # Only from a task that said hello to this learner: after a restart within a call's
-            # deadline the RPC layer reconnects an actor on its own, unchecked by this learner.
-            return tf.cond(
-                self._welcomes.lookup(tf.cast(actor_task, tf.int64)) > 0,
-                lambda: self._queue(actor_task, weight_version, steps, agent_state),
-                lambda: tf.constant(UNKNOWN_ACTOR),
-            )
-
         def checked():
             problem = self._trajectory_problem(actor_task, weight_version, steps, agent_state)
-            return tf.cond(problem >= 0, lambda: self._refuse(problem, tf.constant(REFUSED)), sound)
+            return tf.cond(
+                problem >= 0,
+                lambda: self._refuse(problem, tf.constant(REFUSED)),
+                lambda: self._queue(actor_task, weight_version, steps, agent_state),
+            )
+
+        def known():
+            # Only from a task of ours that said hello to this learner: after a restart within
+            # a call's deadline the RPC layer reconnects an actor on its own, unchecked by this
+            # learner. Asked before the other checks, so that such an actor hears of a changed
+            # spec from the hello it is sent back to (not as one refused chunk after another).
+            welcomed = self._welcomes.lookup(tf.cast(actor_task, tf.int64)) > 0
+            return tf.cond(
+                self._owns(actor_task) & tf.logical_not(welcomed),
+                lambda: tf.constant(UNKNOWN_ACTOR),
+                checked,
+            )
 
         return tf.cond(
             self._authorized(secret),
-            checked,
+            known,
             lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
         )
 

@@ -50,8 +50,8 @@ LEARNER_METHODS = (
 )
 # What `room`, `enqueue` and `report_episodes` answer: UNAUTHORIZED for a call without the run's
 # secret, REFUSED for trajectories or episodes that fail the learner's checks (`REFUSAL_REASONS`),
-# UNKNOWN_ACTOR for sound trajectories from an actor task that has not said `hello` to this
-# learner (it restarted since the actor connected).
+# UNKNOWN_ACTOR for trajectories from an actor task of this learner's that has not said `hello`
+# to it (the learner restarted since the actor connected).
 ACCEPTED, QUEUE_FULL, FINISHED, UNAUTHORIZED, REFUSED, UNKNOWN_ACTOR = 0, 1, 2, 3, 4, 5
 # What `weights_version` answers once the learner has finished, and to a call without the secret.
 _FINISHED_VERSION = -2

@@ -526,15 +526,8 @@ def test_an_actor_whose_learner_restarted_connects_again_before_it_sends():
     # gRPC reconnects on its own to a learner that comes back at the same address, so the
     # client's next call reaches a learner that never checked it: it is told to say hello.
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    address = _free_address()
     rng = np.random.default_rng(16)
-    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
-    client = _client(address, spec, actor_task=0)
-    client.send(_unroll(spec, 1, rng))
-    assert service.queue_size == 1
-    del service
-    gc.collect()  # the server stops when the service is collected
-    restarted = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+    client, restarted, address = _restarted_learner(spec, spec, IDENTITY, rng)
     try:
         # Not refused (the trajectories are sound) nor queued: sent again after a new hello.
         with pytest.raises(LearnerRestartedError, match="restarted since actor 0 connected"):
@@ -546,6 +539,39 @@ def test_an_actor_whose_learner_restarted_connects_again_before_it_sends():
         assert restarted.queue_size == 1 and restarted.connections == {0: 1}
     finally:
         restarted.close()
+
+
+def test_an_actor_whose_learner_came_back_with_another_spec_hears_what_differs():
+    # Told to say hello before its chunks are checked, it hears of the mismatch by name
+    # instead of having one chunk after another refused as malformed.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    other_spec = _lstm_spec(observation_shape=(5,), observation_dtype="float32")
+    other_identity = {**IDENTITY, "level_name": "BreakoutNoFrameskip-v4"}
+    rng = np.random.default_rng(17)
+    client, restarted, address = _restarted_learner(spec, other_spec, other_identity, rng)
+    try:
+        with pytest.raises(LearnerRestartedError):
+            _wait_until_sent(client, _unroll(spec, 1, rng))
+        assert sum(restarted.refusals.values()) == 0
+        with pytest.raises(MismatchError, match="level_name"):
+            _client(address, spec, actor_task=0)
+    finally:
+        restarted.close()
+
+
+def _restarted_learner(spec, new_spec, new_identity, rng):
+    """A client that sent to a learner, and the learner started anew at the same address."""
+    address = _free_address()
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
+    client = _client(address, spec, actor_task=0)
+    client.send(_unroll(spec, 1, rng))
+    assert service.queue_size == 1
+    gone = weakref.ref(service)
+    del service
+    gc.collect()  # the server stops when the service is collected
+    assert gone() is None
+    restarted = LearnerService(address, new_spec, new_identity, [], 0, 1, 8, secret=SECRET)
+    return client, restarted, address
 
 
 def _wait_until_sent(client, unroll):
