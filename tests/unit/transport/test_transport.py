@@ -531,7 +531,7 @@ def test_an_actor_whose_learner_restarted_connects_again_before_it_sends():
     try:
         # Not refused (the trajectories are sound) nor queued: sent again after a new hello.
         with pytest.raises(LearnerRestartedError, match="restarted since actor 0 connected"):
-            _wait_until_sent(client, _unroll(spec, 1, rng))
+            client.send(_unroll(spec, 1, rng))
         assert restarted.queue_size == 0 and restarted.connections == {}
         assert sum(restarted.refusals.values()) == 0
         again = _client(address, spec, actor_task=0)
@@ -551,7 +551,7 @@ def test_an_actor_whose_learner_came_back_with_another_spec_hears_what_differs()
     client, restarted, address = _restarted_learner(spec, other_spec, other_identity, rng)
     try:
         with pytest.raises(LearnerRestartedError):
-            _wait_until_sent(client, _unroll(spec, 1, rng))
+            client.send(_unroll(spec, 1, rng))
         assert sum(restarted.refusals.values()) == 0
         with pytest.raises(MismatchError, match="level_name"):
             _client(address, spec, actor_task=0)
@@ -572,19 +572,6 @@ def _restarted_learner(spec, new_spec, new_identity, rng):
     assert gone() is None
     restarted = LearnerService(address, new_spec, new_identity, [], 0, 1, 8, secret=SECRET)
     return client, restarted, address
-
-
-def _wait_until_sent(client, unroll):
-    """Sends `unroll`, retrying while the learner is unreachable (the channel reconnecting)."""
-    deadline = time.monotonic() + THREAD_TIMEOUT_SECS
-    while True:
-        try:
-            return client.send(unroll)
-        except LearnerRestartedError:
-            raise
-        except LearnerUnreachableError:
-            assert time.monotonic() < deadline, "the learner stayed unreachable"
-            time.sleep(0.1)
 
 
 # ---- Weights --------------------------------------------------------------------------------
