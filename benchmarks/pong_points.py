@@ -8,8 +8,15 @@ Plays `--num_games` games at once with the sampled policy, in the evaluation env
 the console's RAM at every step. Prints each game's score, the frame its play began on (after
 the random no-ops) and its points in order (W won, l lost); the games that began on an odd
 frame and on an even one apart (Pong moves the paddle on two-frame cycles and the frame skip
-of 4 keeps a game's parity, so a policy can play one kind well and the other badly); then, for
-the games won and the games lost apart:
+of 4 keeps a game's parity, so a policy can play one kind well and the other badly), each with
+two figures that say whether the network can tell the two apart:
+  * the share of steps whose observation shows the agent's paddle at two heights: the paddle
+    is redrawn on even frames and the observation is the maximum of a step's last two frames,
+    one odd and one even, so in games of one parity a moving paddle was redrawn between those
+    two frames and shows twice, in the other it shows once whatever it does;
+  * the network's value estimate over each game's first 50 steps, before the first point: a
+    network that sees the parity expects less of the parity it loses.
+Then, for the games won and the games lost apart:
   * the points lost without the agent's paddle touching the ball (a policy that misses the
     ball) against all points lost (a policy that returns it and loses the rally);
   * the share won of the points served to the agent (the serve goes to the loser of the
@@ -63,6 +70,34 @@ _SERVE_JUMP = 16  # ... coming from further than the fastest ball moves in a ste
 # ... of at most this many frames (measured at 4; random play at 2 and 3 finds every serve too).
 MAX_FRAMES_PER_STEP = 4
 
+# The agent's paddle in the 84x84 observation: the column it is drawn in, the rows of the field
+# between the walls, its grey (the field's is 87) and the most rows it covers when drawn once
+# (16 of 210 screen lines; measured on a checkpoint's games, where a paddle drawn twice covered
+# 7 to 11).
+PADDLE_COLUMN = 74
+FIELD_ROWS = slice(14, 78)
+PADDLE_GREY = 140
+PADDLE_ROWS = 6
+OPENING_STEPS = 50  # the steps whose value estimates are averaged, from each game's first
+
+
+def paddle_drawn_twice(frame: np.ndarray) -> bool:
+    """Whether an 84x84 observation frame shows the agent's paddle at two heights at once."""
+    longest = run = 0
+    for lit in frame[FIELD_ROWS, PADDLE_COLUMN] >= PADDLE_GREY:
+        run = run + 1 if lit else 0
+        longest = max(longest, run)
+    return longest > PADDLE_ROWS
+
+
+@dataclasses.dataclass(frozen=True)
+class Sight:
+    """What the network saw and expected in one game."""
+
+    steps: int
+    paddle_twice: int  # steps whose newest frame showed the paddle at two heights
+    opening_value: float  # the mean value estimate over the first OPENING_STEPS steps
+
 
 @dataclasses.dataclass(frozen=True)
 class Point:
@@ -103,9 +138,9 @@ def split_points(ball_x, ball_y, rewards) -> list[Point]:
 
 def play_games(
     checkpoint: str, num_games: int, seed: int, repeat_action_probability: float = 0.0
-) -> tuple[str, list[list[Point]], np.ndarray]:
-    """The checkpoint's path, the points of each of `num_games` games, and the emulator frames
-    (no-ops and FIRE) each game started with."""
+) -> tuple[str, list[list[Point]], np.ndarray, list[Sight]]:
+    """The checkpoint's path, the points of each of `num_games` games, the emulator frames
+    (no-ops and FIRE) each game started with, and what the network saw and expected in each."""
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
@@ -116,6 +151,8 @@ def play_games(
             f"serves and returns are read for at most {MAX_FRAMES_PER_STEP}"
         )
     traces = [([], [], []) for _ in range(num_games)]
+    twice = [0] * num_games
+    values: list[list[float]] = [[] for _ in range(num_games)]
     games: list[list[Point] | None] = [None] * num_games
     with envs.make_evaluation_environment(config) as env:
         policy = Policy(agent, greedy=False, seed=seed)
@@ -125,6 +162,10 @@ def play_games(
         while any(game is None for game in games):
             actions, _ = policy(step)
             rams = env.ram()  # the ball where the agent chose its action
+            for index in range(num_games):
+                if games[index] is None:
+                    twice[index] += paddle_drawn_twice(step.observation[index, ..., -1])
+                    values[index].append(float(policy.baseline[index]))
             step = env.step(actions)
             for index, (xs, ys, rewards) in enumerate(traces):
                 if games[index] is not None:
@@ -134,7 +175,11 @@ def play_games(
                 rewards.append(step.reward[index])
                 if step.done[index]:
                     games[index] = split_points(np.array(xs), np.array(ys), np.array(rewards))
-    return path, games, start_frames
+    sights = [
+        Sight(len(v), t, float(np.mean(v[:OPENING_STEPS])))
+        for v, t in zip(values, twice, strict=True)
+    ]
+    return path, games, start_frames, sights
 
 
 def _share(points: list[Point]) -> str:
@@ -147,7 +192,9 @@ def _score(points: list[Point]) -> int:
     return sum(1 if p.won else -1 for p in points)
 
 
-def report(path: str, games: list[list[Point]], start_frames) -> list[str]:
+def report(
+    path: str, games: list[list[Point]], start_frames, sights: list[Sight] | None = None
+) -> list[str]:
     lines = [f"{path}: {len(games)} games (sampled policy)"]
     for index, (points, start) in enumerate(zip(games, start_frames, strict=True)):
         outcomes = "".join("W" if p.won else "l" for p in points)
@@ -155,10 +202,20 @@ def report(path: str, games: list[list[Point]], start_frames) -> list[str]:
     # Frame skip 4 keeps the start's parity all game long, and Pong moves the paddle on
     # two-frame cycles: the same action moves it differently in odd and even games.
     for parity, name in ((1, "odd"), (0, "even")):
-        scores = [_score(g) for g, f in zip(games, start_frames, strict=True) if f % 2 == parity]
+        chosen = [i for i, frame in enumerate(start_frames) if frame % 2 == parity]
+        scores = [_score(games[i]) for i in chosen]
         mean = f"mean {np.mean(scores):+.1f}, " if scores else ""
         won = sum(score > 0 for score in scores)
-        lines.append(f"  games from an {name} frame: {len(scores)} ({mean}{won} won)")
+        line = f"  games from an {name} frame: {len(scores)} ({mean}{won} won)"
+        if sights and chosen:
+            steps = sum(sights[i].steps for i in chosen)
+            paddle_twice = sum(sights[i].paddle_twice for i in chosen) / steps
+            opening = np.mean([sights[i].opening_value for i in chosen])
+            line += (
+                f"; paddle shown at two heights in {paddle_twice:.1%} of steps; value over "
+                f"the first {OPENING_STEPS} steps {opening:+.3f}"
+            )
+        lines.append(line)
     for name, chosen in (
         ("games won", [g for g in games if _score(g) > 0]),
         ("games lost", [g for g in games if _score(g) <= 0]),
@@ -183,10 +240,10 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         raise app.UsageError("give one checkpoint or run folder")
     with checkpoint_tools.one_line_errors("pong_points.py"):
-        path, games, start_frames = play_games(
+        path, games, start_frames, sights = play_games(
             argv[1], FLAGS.num_games, FLAGS.seed, FLAGS.repeat_action_probability
         )
-    print("\n".join(report(path, games, start_frames)))
+    print("\n".join(report(path, games, start_frames, sights)))
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ class Policy:
         self._step = tf.function(agent.__call__)
         self._state = None
         self._prev_action = None
+        self.baseline: np.ndarray | None = None  # the last call's value estimates, float32 [B]
 
     def reset(self, batch_size: int, first_index: int) -> None:
         """Starts over for `batch_size` environments that all begin an episode: the games
@@ -79,6 +80,7 @@ class Policy:
         inputs = networks.make_input(self._prev_action, step.reward, step.done, step.observation)
         output, self._state = self._step(inputs, self._state)
         logits = output.policy_logits.numpy()
+        self.baseline = output.baseline.numpy()
         actions = logits.argmax(axis=1) if self._greedy else sample_actions(logits, self._rngs)
         self._prev_action = actions.astype(np.int32)
         return actions.astype(np.int64), logits

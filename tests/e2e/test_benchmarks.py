@@ -3,6 +3,7 @@ benchmarks.probe_games, benchmarks.pong_points and benchmarks.throughput's flags
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -182,10 +183,18 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
     assert 1 <= start <= 29  # after 0-29 no-op frames and FIRE's
     # A near-random policy: the computer wins the game, 21 points to a few.
     assert (outcomes.count("l"), int(score)) == (21, outcomes.count("W") - 21)
-    parities = ["  games from an odd frame: 0 (0 won)", "  games from an even frame: 0 (0 won)"]
-    parity = "even" if start % 2 == 0 else "odd"
-    parities[start % 2 == 0] = f"  games from an {parity} frame: 1 (mean {int(score):+.1f}, 0 won)"
-    assert lines[2:4] == parities
+    parity, other = ("even", "odd") if start % 2 == 0 else ("odd", "even")
+    line = {"odd": lines[2], "even": lines[3]}
+    assert line[other] == f"  games from an {other} frame: 0 (0 won)"
+    played, sight = line[parity].split("; ", 1)
+    assert played == f"  games from an {parity} frame: 1 (mean {int(score):+.1f}, 0 won)"
+    # What the network saw and expected: a share of steps and a value estimate, as numbers.
+    shown, value = re.fullmatch(
+        r"paddle shown at two heights in (\d+\.\d)% of steps; "
+        r"value over the first 50 steps ([+-]\d+\.\d{3})",
+        sight,
+    ).groups()
+    assert 0 <= float(shown) <= 100 and abs(float(value)) < 100
     assert lines[4:6] == ["  games won (0):", "  games lost (1):"]
     untouched, lost = lines[6].split(": ")[1].split(" of ")
     assert lines[6].startswith("    points lost without touching the ball: ")

@@ -1,9 +1,13 @@
 """benchmarks.pong_points: a Pong game's points told apart from the ball's positions."""
 
+import ale_py
+import gymnasium as gym
 import numpy as np
 
 from benchmarks import pong_points
 from benchmarks.pong_points import Point
+
+gym.register_envs(ale_py)
 
 
 def _moving(start, stop, step):
@@ -64,4 +68,49 @@ def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serv
         "    won, served to the agent going up: -",
         "    won, served to the computer going down: -",
         "    won, served to the computer going up: 0% of 6",
+    ]
+
+
+def _paddle_shown_twice_while_moving(extra_start_frames: int) -> list[bool]:
+    """Whether each observation shows the paddle twice while the agent moves it up, then down,
+    in a real Pong game started with `extra_start_frames` no-op frames, preprocessed as the
+    evaluation environments do (frame skip 4, the last two frames max-pooled, 84x84)."""
+    env = gym.make(
+        "PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0, obs_type="grayscale"
+    )
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84)
+    try:
+        env.reset(seed=0)
+        for _ in range(extra_start_frames):
+            env.unwrapped.ale.act(0)  # one emulator frame: shifts the game's parity
+        meanings = env.unwrapped.get_action_meanings()
+        up, down = meanings.index("RIGHT"), meanings.index("LEFT")  # Pong's RIGHT moves up
+        # 3 steps take the paddle from the middle to the top wall, 4 back down.
+        actions = [up] * 3 + [down] * 4
+        return [pong_points.paddle_drawn_twice(env.step(action)[0]) for action in actions]
+    finally:
+        env.close()
+
+
+def test_a_moving_paddle_shows_twice_in_games_of_one_parity_only():
+    shown = {extra: _paddle_shown_twice_while_moving(extra) for extra in (0, 1)}
+    # Pong redraws the paddle on every other frame: with the max of a step's last two frames,
+    # one parity sees each redraw between them (the paddle twice) and the other never does.
+    assert sorted(map(any, shown.values())) == [False, True], shown
+    assert max(sum(s) for s in shown.values()) >= 6, shown
+
+
+def test_report_adds_what_the_network_saw_in_each_parity():
+    game = [Point(won=False, touches=0, served_to_agent=True, served_down=True)] * 21
+    sights = [
+        pong_points.Sight(steps=100, paddle_twice=0, opening_value=-0.5),
+        pong_points.Sight(steps=300, paddle_twice=150, opening_value=-0.25),
+        pong_points.Sight(steps=100, paddle_twice=50, opening_value=-0.75),
+    ]
+    lines = pong_points.report("ckpt-7", [game] * 3, [13, 4, 8], sights)
+    assert lines[4:6] == [
+        "  games from an odd frame: 1 (mean -21.0, 0 won); paddle shown at two heights in "
+        "0.0% of steps; value over the first 50 steps -0.500",
+        "  games from an even frame: 2 (mean -21.0, 0 won); paddle shown at two heights in "
+        "50.0% of steps; value over the first 50 steps -0.500",
     ]
