@@ -40,12 +40,13 @@ flags.DEFINE_string("title", "", "Title above both panels (default: none).")
 flags.DEFINE_float(
     "window_frames",
     0,
-    "Also print each run's mean return over the games that ended in each window of this many "
-    "frames, e.g. 5e5 (0: not).",
+    "Also print each run's mean return and game length over the games that ended in each window "
+    "of this many frames, e.g. 5e5 (0: not).",
     lower_bound=0,
 )
 
 RETURN_TAG = "episode/return"
+LENGTH_TAG = "episode/length_frames"  # written beside each return, in the same order
 TRAINING_SECS_TAG = "time/training_secs"
 
 
@@ -99,6 +100,8 @@ class Curve(NamedTuple):
       frames_reached: the largest step the run wrote anything at.
       hours_from_wall_time: True when the run has no training time yet, so that `hours` is wall
         time since its first event (including any time it was stopped).
+      lengths: [N] each episode's length in emulator frames, or None for a run that wrote no
+        lengths (or not one per return).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Curve(NamedTuple):
     window: int
     frames_reached: int
     hours_from_wall_time: bool
+    lengths: np.ndarray | None = None
 
 
 def event_files(run_folder: str) -> list[str]:
@@ -232,6 +236,9 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         seconds = np.interp(episodes.steps, training_secs.steps, training_secs.values)
     else:
         seconds = episodes.wall_times - run.start_wall_time
+    lengths = run.scalars.get(LENGTH_TAG)
+    # Both tags are sorted stably by step, so one per episode pairs each length with its return.
+    has_lengths = lengths is not None and np.array_equal(lengths.steps, episodes.steps)
     return Curve(
         name=name,
         frames=episodes.steps,
@@ -241,6 +248,7 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         window=window,
         frames_reached=int(max(scalars.steps.max() for scalars in run.scalars.values())),
         hours_from_wall_time=not has_training_time,
+        lengths=lengths.values if has_lengths else None,
     )
 
 
@@ -328,17 +336,24 @@ def summary_line(curve: Curve, out: str) -> str:
 
 
 def window_line(curve: Curve, window_frames: float) -> str:
-    """The mean return of the games that ended in each window of `window_frames` frames, e.g.
+    """The mean return of the games that ended in each window of `window_frames` frames, and
+    their mean length (which grows while a Pong agent learns to return the ball, before its
+    score does), e.g.
 
-    pong: mean return of the games ending in each 0.5M frames from 0M: -20.5, ..., 9.5M: +15.8
+    pong: mean return (game length in frames) of the games ending in each 0.5M frames from
+    0M: -20.5 (3.7k), ..., 9.5M: +15.8 (6.9k)
     """
     ends = np.floor(curve.frames / window_frames).astype(np.int64)
-    means = [
-        f"{start * window_frames / 1e6:g}M: {curve.returns[ends == start].mean():+.1f}"
-        for start in np.unique(ends)
-    ]
+    means = []
+    for start in np.unique(ends):
+        games = ends == start
+        mean = f"{start * window_frames / 1e6:g}M: {curve.returns[games].mean():+.1f}"
+        if curve.lengths is not None:
+            mean += f" ({curve.lengths[games].mean() / 1e3:.1f}k)"
+        means.append(mean)
+    what = "mean return" if curve.lengths is None else "mean return (game length in frames)"
     return (
-        f"{curve.name}: mean return of the games ending in each {window_frames / 1e6:g}M frames "
+        f"{curve.name}: {what} of the games ending in each {window_frames / 1e6:g}M frames "
         f"from {', '.join(means)}"
     )
 

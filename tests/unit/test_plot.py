@@ -13,7 +13,9 @@ import plot
 from tests.helpers import ROOT
 
 
-def write_events(folder, steps, returns=None, training_secs=None, resume_at=None) -> str:
+def write_events(
+    folder, steps, returns=None, training_secs=None, resume_at=None, lengths=None
+) -> str:
     """Writes one event file into `folder` the way the learner does, one learner start's worth.
 
     Args:
@@ -23,6 +25,7 @@ def write_events(folder, steps, returns=None, training_secs=None, resume_at=None
       training_secs: [N] training seconds at each step, or None to write no training time.
       resume_at: (step, training seconds) of a `time/training_secs` written first: where a
         resumed learner starts.
+      lengths: [N] episode lengths in frames; default 3000 + the episode's index; () for none.
 
     Returns:
       The path of the new event file.
@@ -39,7 +42,10 @@ def write_events(folder, steps, returns=None, training_secs=None, resume_at=None
         for index, (step, episode_return) in enumerate(zip(steps, returns, strict=True)):
             step = int(step)
             tf.summary.scalar("episode/return", episode_return, step=step)
-            tf.summary.scalar("episode/length_frames", 3000 + index, step=step)
+            if lengths is None:
+                tf.summary.scalar("episode/length_frames", 3000 + index, step=step)
+            elif len(lengths):
+                tf.summary.scalar("episode/length_frames", lengths[index], step=step)
             tf.summary.scalar("loss/total", 1.0 / (index + 1), step=step)
             if training_secs is not None:
                 tf.summary.scalar("time/training_secs", training_secs[index], step=step)
@@ -270,6 +276,7 @@ def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window
         steps=[100_000, 400_000, 600_000, 900_000, 1_700_000],
         returns=[-21.0, -20.0, -15.0, -10.0, 3.0],
         training_secs=None,
+        lengths=[3000, 4000, 6000, 8000, 9500],
     )
     out = tmp_path / "pong.png"
     result = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=5e5")
@@ -278,9 +285,18 @@ def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window
     assert summary.startswith("pong: 5 episodes, ")
     # No game ended between 1M and 1.5M frames: that window is left out.
     assert windows == (
-        "pong: mean return of the games ending in each 0.5M frames from 0M: -20.5, "
-        "0.5M: -12.5, 1.5M: +3.0"
+        "pong: mean return (game length in frames) of the games ending in each 0.5M frames "
+        "from 0M: -20.5 (3.5k), 0.5M: -12.5 (7.0k), 1.5M: +3.0 (9.5k)"
     )
     bad = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=-1")
     assert bad.returncode != 0
     assert "flag --window_frames=-1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_window_frames_leaves_out_lengths_a_run_did_not_write(tmp_path):
+    write_events(tmp_path / "old", steps=[100_000, 600_000], returns=[-21.0, -19.0], lengths=())
+    result = run_cli(str(tmp_path / "old"), f"--out={tmp_path / 'old.png'}", "--window_frames=5e5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == (
+        "old: mean return of the games ending in each 0.5M frames from 0M: -21.0, 0.5M: -19.0"
+    )
