@@ -30,7 +30,7 @@ from impala import build, envs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames are shown.")
-flags.DEFINE_string("agent_name", "ShallowConvNetAgent", "The checkpoints' network.")
+flags.DEFINE_string("agent_name", "SimpleConvNetAgent", "The checkpoints' network.")
 flags.DEFINE_integer("num_envs", 8, "Games played with random actions.", lower_bound=1)
 flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` network.")
 flags.DEFINE_integer(

@@ -28,7 +28,7 @@ class LocalConfig:
     """What a single-process training run needs besides the learner's hyperparameters."""
 
     level_name: str = "PongNoFrameskip-v4"
-    agent_name: str = "ShallowConvNetAgent"
+    agent_name: str = "SimpleConvNetAgent"
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0  # Atari's sticky actions (0: none)
     frame_skip: int = 0  # Atari's frame skip (0: 4)

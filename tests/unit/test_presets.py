@@ -4,6 +4,7 @@ import pytest
 from absl.testing import flagsaver
 
 import experiment
+import networks
 from impala import configs
 
 FLAGS = experiment.FLAGS
@@ -67,7 +68,19 @@ def test_every_preset_flag_is_an_experiment_flag_of_the_right_type(name):
     value = experiment.PRESETS["paper"][name]
     assert name in FLAGS
     assert isinstance(value, type(FLAGS[name].default)), name
-    assert hasattr(configs.LearnerConfig(), name)
+    # The network is every role's flag; the rest are the learner's hyperparameters.
+    if name == "agent_name":
+        assert value in networks.AGENTS
+    else:
+        assert hasattr(configs.LearnerConfig(), name)
+
+
+def test_the_paper_preset_trains_the_papers_shallow_network_and_a_given_network_wins():
+    assert FLAGS["agent_name"].default == "SimpleConvNetAgent"
+    _, values, _ = _config_from("--preset=paper")
+    assert values["agent_name"] == "ShallowConvNetAgent"
+    _, values, given = _config_from("--preset=paper", "--agent_name=ResNetAgent")
+    assert values["agent_name"] == given["agent_name"] == "ResNetAgent"
 
 
 @pytest.mark.parametrize("flag", ["total_environment_frames", "learning_rate_anneal_frames"])
