@@ -341,7 +341,7 @@ def window_line(curve: Curve, window_frames: float) -> str:
     score does), e.g.
 
     pong: mean return (game length in frames) of the games ending in each 0.5M frames from
-    0M: -20.5 (3.7k), ..., 9.5M: +15.8 (6.9k)
+    0M: -20.5 (3.6k), ..., 9.5M: +17.8 (7.9k)
     """
     ends = np.floor(curve.frames / window_frames).astype(np.int64)
     means = []
