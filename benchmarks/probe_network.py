@@ -26,11 +26,11 @@ import tensorflow as tf
 from absl import app, flags
 
 import networks
-from impala import build, envs
+from impala import build, configs, envs
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "The game whose frames are shown.")
-flags.DEFINE_string("agent_name", "SimpleConvNetAgent", "The checkpoints' network.")
+flags.DEFINE_string("agent_name", configs.DEFAULT_AGENT_NAME, "The checkpoints' network.")
 flags.DEFINE_integer("num_envs", 8, "Games played with random actions.", lower_bound=1)
 flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` network.")
 flags.DEFINE_integer(

@@ -16,6 +16,9 @@ from typing import Any
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 OPTIMIZER_CHOICES = ("rmsprop", "adam")
 POLICY_CLIP_CENTER_CHOICES = ("behaviour", "learner")
+# The network a run trains unless told otherwise (`--agent_name`): the Nature DQN's, PPO's Atari
+# network; `--preset=paper` takes the paper's shallow one.
+DEFAULT_AGENT_NAME = "SimpleConvNetAgent"
 
 
 @dataclasses.dataclass(frozen=True)

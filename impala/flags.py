@@ -86,7 +86,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string(
     "agent_name",
-    "SimpleConvNetAgent",
+    configs.DEFAULT_AGENT_NAME,
     "Network: SimpleConvNetAgent (the Nature DQN's convolutions and fc 512), ShallowConvNetAgent "
     "(the IMPALA paper's shallow one), ShallowConvNetLastActionAgent (the shallow one, also fed "
     "the previous action), ResNetAgent, ResNetLSTMAgent, ShallowLSTMAgent or MLPAgent "

@@ -17,7 +17,7 @@ import networks
 from impala import envs
 from impala.actor.actor import Actor
 from impala.build import environment_and_agent
-from impala.configs import LearnerConfig, check_playing_flags
+from impala.configs import DEFAULT_AGENT_NAME, LearnerConfig, check_playing_flags
 from impala.learner.optimise import Trainer
 from impala.progress import Progress
 from impala.trajectory import stack_unrolls
@@ -28,7 +28,7 @@ class LocalConfig:
     """What a single-process training run needs besides the learner's hyperparameters."""
 
     level_name: str = "PongNoFrameskip-v4"
-    agent_name: str = "SimpleConvNetAgent"
+    agent_name: str = DEFAULT_AGENT_NAME
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0  # Atari's sticky actions (0: none)
     frame_skip: int = 0  # Atari's frame skip (0: 4)
