@@ -15,7 +15,10 @@ Prints, in agent steps/s and emulator frames/s:
   ceiling    what a pipeline doing the three one after another on this machine could reach,
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
-             steady state after start-up, and its fraction of the ceiling.
+             steady state after start-up, and its fraction of the ceiling;
+  learner    where the end-to-end learner's steady-state time went: its train steps (and
+             their time per batch against the train stage's alone), waiting for a full
+             batch, and everything else it does between steps.
 The stages are measured alone, each with the whole machine; end to end they share it.
 """
 
@@ -36,7 +39,7 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 import networks
-from impala import build, configs, trajectory
+from impala import build, configs, progress, trajectory
 from impala.launch import planning
 from impala.learner import optimise
 from impala.trajectory import Steps
@@ -185,7 +188,9 @@ def main(argv):
     row("ceiling 1/(sum of 1/x)", ceiling)
     row("end to end (steady)", e2e)
     print(f"  end to end / ceiling      {e2e / ceiling:.2f}")
-
-
-if __name__ == "__main__":
-    app.run(main)
+    alone = config.unroll_length * config.batch_size / train_rate
+    print(
+        f"  learner end to end        "
+        f"{progress.learner_time_line(summary['steady_secs'], summary['steady_steps'])}; "
+        f"the train stage alone: {alone:.3f} s per batch"
+    )

@@ -120,3 +120,18 @@ def _clock(seconds: float) -> str:
         return "?:??:??"
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def learner_time_line(steady_secs: dict[str, float], batches: int) -> str:
+    """Where a learner's steady-state time went, from its summary (`learner_<rank>.json`):
+    `steady_secs` splits it into train steps, waiting for a batch and the rest, over `batches`
+    batches. A learner that waits is fed too slowly; one that does not is the bottleneck."""
+    total = sum(steady_secs.values())
+    if total <= 0 or batches <= 0:
+        return "too few steps to split the learner's time"
+    train = steady_secs["train_steps"]
+    return (
+        f"{train / total:.0%} in train steps ({train / batches:.3f} s per batch), "
+        f"{steady_secs['waiting_for_batch'] / total:.0%} waiting for a batch, "
+        f"{steady_secs['other'] / total:.0%} other"
+    )

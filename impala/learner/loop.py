@@ -118,6 +118,12 @@ class _Counters:
     first_step_time: float | None = None
     first_step_frames: int = 0
     last_step_time: float | None = None
+    # Where the learner's time went in the steps after the first (the steady-state window):
+    # waiting for a full batch, in the optimisation steps, and everything else (gathering the
+    # learners' states and games, publishing weights, checkpoints, reports).
+    waiting_secs: float = 0.0
+    train_secs: float = 0.0
+    other_secs: float = 0.0
     # Training time before this start (from the checkpoint), and when this start began.
     earlier_training_secs: float = 0.0
     started: float = dataclasses.field(default_factory=time.monotonic)
@@ -245,6 +251,13 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "mean_return": progress.mean_return,
         "best_mean_return": progress.best_mean_return,
         "frames_per_second_steady": _steady_rate(counters, progress.frames),
+        # The steady window's steps (all but this start's first) and where their time went.
+        "steady_steps": max(counters.steps - 1, 0),
+        "steady_secs": {
+            "waiting_for_batch": counters.waiting_secs,
+            "train_steps": counters.train_secs,
+            "other": counters.other_secs,
+        },
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
         "refused_calls": service.refusals,
@@ -302,11 +315,15 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
     progress = Progress(config.learner.total_environment_frames, start_frames=start_frames)
     next_report = time.monotonic()  # the first step is reported at once, then every few seconds
     while not progress.done:
+        started = time.monotonic()
         queued = _wait_for_batch(service, batch_size, config, learning.topology)
+        waited = time.monotonic() - started
         learners = _learner_states(learning, queued)
         if np.any(learners.stop):
             break
+        train_started = time.monotonic()
         stats = learning.trainer.learn(_to_batch(queued, learning.agent), progress.frames)
+        trained = time.monotonic() - train_started
         counters.steps += 1
         counters.version += 1
         service.publish_weights(counters.version)
@@ -325,6 +342,10 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
             _report(learning, progress, stats, learners, frames_per_trajectory)
             _report_refusals(learning)
             next_report = time.monotonic() + config.log_every_secs
+        if counters.steps > 1:
+            counters.waiting_secs += waited
+            counters.train_secs += trained
+            counters.other_secs += time.monotonic() - started - waited - trained
     return progress
 
 

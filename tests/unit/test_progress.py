@@ -1,6 +1,6 @@
 """The progress line and the episode-score statistics."""
 
-from impala.progress import Progress
+from impala.progress import Progress, learner_time_line
 
 
 class _Clock:
@@ -44,3 +44,18 @@ def test_line_and_summary():
     assert not progress.done
     progress.add_frames(200_000_000)
     assert progress.done
+
+
+def test_learner_time_line_splits_the_steady_time_and_gives_the_train_time_per_batch():
+    split = {"train_steps": 6.0, "waiting_for_batch": 3.0, "other": 1.0}
+    assert learner_time_line(split, batches=10) == (
+        "60% in train steps (0.600 s per batch), 30% waiting for a batch, 10% other"
+    )
+
+
+def test_learner_time_line_of_a_run_too_short_to_split():
+    assert learner_time_line({"train_steps": 0.0, "waiting_for_batch": 0.0, "other": 0.0}, 0) == (
+        "too few steps to split the learner's time"
+    )
+    one_step = {"train_steps": 1.0, "waiting_for_batch": 0.0, "other": 0.0}
+    assert "too few" in learner_time_line(one_step, batches=0)
