@@ -100,8 +100,8 @@ class Curve(NamedTuple):
       frames_reached: the largest step the run wrote anything at.
       hours_from_wall_time: True when the run has no training time yet, so that `hours` is wall
         time since its first event (including any time it was stopped).
-      lengths: [N] each episode's length in emulator frames, or None for a run that wrote no
-        lengths (or not one per return).
+      lengths: [N] each episode's length in emulator frames (NaN where the run wrote none), or
+        None for a run that wrote no lengths (or ones that cannot be paired with its returns).
     """
 
     name: str
@@ -236,9 +236,7 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         seconds = np.interp(episodes.steps, training_secs.steps, training_secs.values)
     else:
         seconds = episodes.wall_times - run.start_wall_time
-    lengths = run.scalars.get(LENGTH_TAG)
-    # Both tags are sorted stably by step, so one per episode pairs each length with its return.
-    has_lengths = lengths is not None and np.array_equal(lengths.steps, episodes.steps)
+    lengths = _paired_lengths(run.scalars.get(LENGTH_TAG), episodes.steps)
     return Curve(
         name=name,
         frames=episodes.steps,
@@ -248,8 +246,29 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         window=window,
         frames_reached=int(max(scalars.steps.max() for scalars in run.scalars.values())),
         hours_from_wall_time=not has_training_time,
-        lengths=lengths.values if has_lengths else None,
+        lengths=lengths,
     )
+
+
+def _paired_lengths(lengths, return_steps: np.ndarray) -> np.ndarray | None:
+    """Each episode's length, NaN where the run wrote none, or None if it wrote none at all.
+
+    Both tags are sorted stably by step, so one per episode pairs each length with its return.
+    Lengths may cover only the first episodes (a learner killed between an episode's two
+    records) or the last ones (a run resumed by a version that writes them); otherwise they
+    cannot be paired and none are used.
+    """
+    if lengths is None or not len(lengths.steps):
+        return None
+    paired = np.full(len(return_steps), np.nan)
+    count = min(len(lengths.steps), len(return_steps))
+    if np.array_equal(lengths.steps[:count], return_steps[:count]):
+        paired[:count] = lengths.values[:count]
+    elif np.array_equal(lengths.steps[-count:], return_steps[-count:]):
+        paired[-count:] = lengths.values[-count:]
+    else:
+        return None
+    return paired
 
 
 def run_names(run_folders: list[str]) -> list[str]:
@@ -349,7 +368,8 @@ def window_line(curve: Curve, window_frames: float) -> str:
         games = ends == start
         mean = f"{start * window_frames / 1e6:g}M: {curve.returns[games].mean():+.1f}"
         if curve.lengths is not None:
-            mean += f" ({curve.lengths[games].mean() / 1e3:.1f}k)"
+            known = curve.lengths[games][~np.isnan(curve.lengths[games])]
+            mean += f" ({known.mean() / 1e3:.1f}k)" if len(known) else " (-)"
         means.append(mean)
     what = "mean return" if curve.lengths is None else "mean return (game length in frames)"
     return (

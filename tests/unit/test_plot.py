@@ -25,7 +25,8 @@ def write_events(
       training_secs: [N] training seconds at each step, or None to write no training time.
       resume_at: (step, training seconds) of a `time/training_secs` written first: where a
         resumed learner starts.
-      lengths: [N] episode lengths in frames; default 3000 + the episode's index; () for none.
+      lengths: episode lengths in frames, of the first len(lengths) episodes; default
+        3000 + the episode's index for every episode; () for none.
 
     Returns:
       The path of the new event file.
@@ -44,7 +45,7 @@ def write_events(
             tf.summary.scalar("episode/return", episode_return, step=step)
             if lengths is None:
                 tf.summary.scalar("episode/length_frames", 3000 + index, step=step)
-            elif len(lengths):
+            elif index < len(lengths):
                 tf.summary.scalar("episode/length_frames", lengths[index], step=step)
             tf.summary.scalar("loss/total", 1.0 / (index + 1), step=step)
             if training_secs is not None:
@@ -299,4 +300,30 @@ def test_window_frames_leaves_out_lengths_a_run_did_not_write(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1] == (
         "old: mean return of the games ending in each 0.5M frames from 0M: -21.0, 0.5M: -19.0"
+    )
+
+
+def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_games(tmp_path):
+    # Killed between a game's return and its length: the last game has no length.
+    write_events(
+        tmp_path / "cut", [100_000, 600_000, 700_000], [-21.0, -19.0, -17.0], lengths=[3000, 7000]
+    )
+    result = run_cli(str(tmp_path / "cut"), f"--out={tmp_path / 'cut.png'}", "--window_frames=5e5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].endswith("from 0M: -21.0 (3.0k), 0.5M: -18.0 (7.0k)")
+    # Started by a version that wrote no lengths, resumed by one that does.
+    write_events(tmp_path / "resumed", [100_000, 600_000], [-21.0, -19.0], lengths=())
+    write_events(
+        tmp_path / "resumed",
+        [1_100_000, 1_200_000],
+        [-5.0, -3.0],
+        lengths=[8000, 9000],
+        resume_at=(650_000, 60.0),
+    )
+    result = run_cli(
+        str(tmp_path / "resumed"), f"--out={tmp_path / 'resumed.png'}", "--window_frames=5e5"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].endswith(
+        "from 0M: -21.0 (-), 0.5M: -19.0 (-), 1M: -4.0 (8.5k)"
     )
