@@ -18,7 +18,9 @@ Prints, in agent steps/s and emulator frames/s:
              steady state after start-up, and its fraction of the ceiling;
   learner    where the end-to-end learner's steady-state time went: its train steps (and
              their time per batch against the train stage's alone), waiting for a full
-             batch, and everything else it does between steps.
+             batch, and everything else it does between steps;
+  actor      where each end-to-end actor's time went: playing, fetching weights, sending,
+             and waiting for room in the learner's queue.
 The stages are measured alone, each with the whole machine; end to end they share it.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -143,7 +146,19 @@ def measure_end_to_end(frames: float) -> dict:
         subprocess.run(argv, cwd=_ROOT, check=True, stdout=subprocess.DEVNULL)
         (run_dir,) = os.listdir(runs)
         with open(os.path.join(runs, run_dir, "learner_0.json")) as f:
-            return json.load(f)
+            summary = json.load(f)
+        summary["actor_time"] = [
+            actor_time(os.path.join(runs, run_dir, f"actor_{task}.log"))
+            for task in range(FLAGS.num_actors)
+        ]
+        return summary
+
+
+def actor_time(log_path: str) -> str:
+    """Where an actor's time went, from the line it logs when the learner has finished."""
+    with open(log_path, errors="replace") as f:
+        found = re.search(r"its time: (.*)\); exiting", f.read())
+    return found.group(1) if found else "(its log does not say)"
 
 
 def main(argv):
@@ -194,3 +209,5 @@ def main(argv):
         f"{progress.learner_time_line(summary['steady_secs'], summary['steady_steps'])}; "
         f"the train stage alone: {alone:.3f} s per batch"
     )
+    for task, split in enumerate(summary["actor_time"]):
+        print(f"  actor {task} end to end        {split}")

@@ -98,7 +98,8 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
             report(
                 f"actor {config.task}: learner finished after {counts.unrolls} unrolls "
                 f"({counts.sent_chunks} chunks sent, {counts.full_chunks} of them to a queue "
-                "that had filled while they travelled); exiting"
+                f"that had filled while they travelled; its time: {counts.time_split()}); "
+                "exiting"
             )
         return counts.unrolls
 
@@ -127,6 +128,26 @@ class _Counts:
     unrolls: int = 0
     sent_chunks: int = 0  # over every connection
     full_chunks: int = 0
+    # Where the actor's time went while connected: playing (the environments and the policy),
+    # fetching weights, sending unrolls, and (within sending) waiting for room in the queue.
+    acting_secs: float = 0.0
+    weights_secs: float = 0.0
+    sending_secs: float = 0.0
+    room_wait_secs: float = 0.0
+
+    def time_split(self) -> str:
+        """E.g. '40% acting, 5% fetching weights, 10% sending, 45% waiting for room'."""
+        waiting = self.room_wait_secs
+        parts = {
+            "acting": self.acting_secs,
+            "fetching weights": self.weights_secs,
+            "sending": self.sending_secs - waiting,
+            "waiting for room": waiting,
+        }
+        total = sum(parts.values())
+        if total <= 0:
+            return "no time acting"
+        return ", ".join(f"{secs / total:.0%} {what}" for what, secs in parts.items())
 
 
 def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) -> None:
@@ -134,13 +155,22 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
     _wait_for_first_weights(client, actor)
     report(f"actor {config.task} acting for learner {config.learner_address}")
     while True:
+        started = time.monotonic()
         _update_weights(client, actor)
+        fetched = time.monotonic()
+        unroll = actor.unroll()
+        acted = time.monotonic()
+        counts.weights_secs += fetched - started
+        counts.acting_secs += acted - fetched
         refused, sent, full = client.refused_chunks, client.sent_chunks, client.full_chunks
+        room_wait = client.room_wait_secs
         try:
-            client.send(actor.unroll())
+            client.send(unroll)
         finally:
             counts.sent_chunks += client.sent_chunks - sent
             counts.full_chunks += client.full_chunks - full
+            counts.sending_secs += time.monotonic() - acted
+            counts.room_wait_secs += client.room_wait_secs - room_wait
         if client.refused_chunks > refused:
             report(
                 f"actor {config.task}: the learner refused an unroll ({client.refused_chunks} "

@@ -82,6 +82,8 @@ class ActorClient:
         # unroll, which travel together, or another actor's).
         self.sent_chunks = 0
         self.full_chunks = 0
+        # Seconds `send` spent waiting for the learner's queue to have room.
+        self.room_wait_secs = 0.0
         try:
             self._client = _rpc.Client.create(
                 "grpc",
@@ -159,14 +161,17 @@ class ActorClient:
         megabytes would have travelled and been decoded and checked for nothing, on the
         learner's CPU (with a one-batch queue, most of the unrolls sent were refused).
         """
-        backoff = 0.002
-        while True:
-            status = int(self._call("room"))
-            self._raise_for([status])
-            if status != QUEUE_FULL:
-                return
-            time.sleep(backoff)
-            backoff = min(2 * backoff, 0.02)
+        backoff, started = 0.002, time.monotonic()
+        try:
+            while True:
+                status = int(self._call("room"))
+                self._raise_for([status])
+                if status != QUEUE_FULL:
+                    return
+                time.sleep(backoff)
+                backoff = min(2 * backoff, 0.02)
+        finally:
+            self.room_wait_secs += time.monotonic() - started
 
     def _raise_for(self, statuses) -> None:
         """Raises for the statuses that end sending: the secret refused, the learner done or

@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -310,6 +311,11 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     good[0].kill()
     assert processes.wait(learner_process, 180) == 0, processes.log(learner_process)
     assert processes.wait(good[1], 30) == 0
+    assert re.search(
+        r"learner finished after \d+ unrolls .*its time: \d+% acting, \d+% fetching weights, "
+        r"\d+% sending, \d+% waiting for room\); exiting",
+        processes.log(good[1]),
+    )
     summary = json.loads((tmp_path / "run" / "learner_0.json").read_text())
     assert summary["frames"] >= 3000
     assert summary["trajectories_by_actor"]["1"] > 0

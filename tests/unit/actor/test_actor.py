@@ -195,3 +195,13 @@ def test_an_actor_refuses_its_job_flags_in_the_launchers_line(field, value, mess
             secret_file="secret",
             **{field: value},
         )
+
+
+def test_the_actors_time_split_takes_the_wait_for_room_out_of_sending():
+    counts = actor_loop._Counts(
+        acting_secs=4.0, weights_secs=1.0, sending_secs=5.0, room_wait_secs=3.0
+    )
+    assert counts.time_split() == (
+        "40% acting, 10% fetching weights, 20% sending, 30% waiting for room"
+    )
+    assert actor_loop._Counts().time_split() == "no time acting"
