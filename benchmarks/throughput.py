@@ -211,3 +211,7 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
+
+
+if __name__ == "__main__":
+    app.run(main)
