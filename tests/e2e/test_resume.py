@@ -55,10 +55,10 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert saved_flags["experiment"] == "run" and saved_flags["batch_size"] == 4
 
     # The second start changes one flag that does not affect what a checkpoint holds.
-    second = processes.experiment("learner_2", *learner_flags, "--entropy_cost=0.01")
+    second = processes.experiment("learner_2", *learner_flags, "--entropy_cost=0.02")
     assert processes.wait(second, 300) == 0, processes.log(second)
     log = processes.log(second)
-    assert "exists: resuming it, with changed flags: --entropy_cost: 0.02 -> 0.01" in log
+    assert "exists: resuming it, with changed flags: --entropy_cost: 0.01 -> 0.02" in log
     assert (
         f"{stopped['frames']} frames done, weight version {stopped['weights_version']}, "
         f"weights sha256 {stopped['weights_sha256']}" in log
