@@ -84,26 +84,26 @@ def main(argv: list[str]) -> int:
     shown: dict[tuple, tuple[np.ndarray, int]] = {}  # the frames of each game and frame skip
     for path in argv[1:]:
         try:
-            config, agent = _network(path)
+            name, config, agent = _network(path)
             game = (config.level_name, config.num_action_repeats, config.frame_skip)
             if game not in shown:
                 shown[game] = frames(config)
+            observations, num_actions = shown[game]
+            if agent is None:
+                tf.random.set_seed(FLAGS.seed)
+                agent = build.agent_for(
+                    FLAGS.agent_name, num_actions, observations.shape[1:], observations.dtype
+                )
+            if not isinstance(agent, networks.FeedForwardAgent):
+                raise ValueError(f"{path}: {type(agent).__name__}: only feed-forward agents")
         except ValueError as error:
-            # A bad checkpoint is the argument's error; a bad flag is a usage error.
+            # A bad checkpoint is the argument's error (1); a bad flag for `init` a usage one (2).
             message = str(error).removeprefix("--checkpoint=")
             print(f"probe_network.py: error: {message}", file=sys.stderr)
             return 1 if path != "init" else 2
-        observations, num_actions = shown[game]
-        if agent is None:
-            tf.random.set_seed(FLAGS.seed)
-            agent = build.agent_for(
-                FLAGS.agent_name, num_actions, observations.shape[1:], observations.dtype
-            )
-        if not isinstance(agent, networks.FeedForwardAgent):
-            raise app.UsageError(f"{path}: {type(agent).__name__}: only feed-forward agents")
         figures = probe(agent, observations)
         print(
-            f"{path}: {type(agent).__name__}, features alive "
+            f"{name} ({config.level_name}): {type(agent).__name__}, features alive "
             f"{figures['features_alive']}/{figures['features']}, "
             f"feature mean {figures['feature_mean']:.3f}, "
             f"feature spread {figures['feature_spread']:.3f}, "
@@ -112,26 +112,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _network(path: str) -> tuple[envs.EnvConfig, networks.Agent | None]:
-    """The games to show `path` and its restored network; for `init`, the flags' games and no
-    network yet (it is built once the games tell the action count and observation shape)."""
+def _network(path: str) -> tuple[str, envs.EnvConfig, networks.Agent | None]:
+    """The checkpoint `path` names, the games to show it and its restored network; for `init`,
+    the flags' games and no network yet (built once the games tell the action count and the
+    observation shape)."""
     if path == "init":
         config = envs.EnvConfig(
             FLAGS.level_name, num_envs=FLAGS.num_envs, seed=FLAGS.seed, frame_skip=FLAGS.frame_skip
         )
-        return config, None
-    _, identity, agent = checkpoint_tools.restore_checkpoint(path)
-    config = restore.environment_config(identity, FLAGS.num_envs, FLAGS.seed)
-    # Random play needs no sticky actions' absence or episodic lives to be what training had;
-    # the same frames for `init` and a checkpoint of the same game make them comparable.
-    config = envs.EnvConfig(
-        config.level_name,
-        num_envs=config.num_envs,
-        seed=config.seed,
-        num_action_repeats=config.num_action_repeats,
-        frame_skip=config.frame_skip,
-    )
-    return config, agent
+        return path, config, None
+    checkpoint, identity, agent = checkpoint_tools.restore_checkpoint(path)
+    return checkpoint, restore.environment_config(identity, FLAGS.num_envs, FLAGS.seed), agent
 
 
 if __name__ == "__main__":

@@ -156,8 +156,11 @@ def measure_end_to_end(frames: float) -> dict:
 
 def actor_time(log_path: str) -> str:
     """Where an actor's time went, from the line it logs when the learner has finished."""
-    with open(log_path, errors="replace") as f:
-        found = re.search(r"its time: (.*)\); exiting", f.read())
+    try:
+        with open(log_path, errors="replace") as f:
+            found = re.search(r"its time: (.*)\); exiting", f.read())
+    except OSError as error:
+        return f"(no log: {error.strerror})"
     return found.group(1) if found else "(its log does not say)"
 
 

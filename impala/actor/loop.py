@@ -128,8 +128,9 @@ class _Counts:
     unrolls: int = 0
     sent_chunks: int = 0  # over every connection
     full_chunks: int = 0
-    # Where the actor's time went while connected: playing (the environments and the policy),
-    # fetching weights, sending unrolls, and (within sending) waiting for room in the queue.
+    # Where the actor's time went while connected, over its whole run (the learner's start-up
+    # included, as waiting for room): playing (the environments and the policy), fetching
+    # weights, sending unrolls, and (within sending) waiting for room in the queue.
     acting_secs: float = 0.0
     weights_secs: float = 0.0
     sending_secs: float = 0.0

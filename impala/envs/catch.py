@@ -22,8 +22,8 @@ import numpy as np
 CATCH_LEVEL = "impala/Catch-v0"
 
 # Flags that learn Catch through the distributed path in about 40k frames (18 catches in 20 games):
-# small batches and Adam, and the entropy bonus they were measured with (0.01; Pong's default is
-# 0.02). The learning test and `make bench-learning ARGS=--config=catch` use them.
+# small batches and Adam, and the entropy bonus they were measured with (0.01, also Pong's
+# default). The learning test and `make bench-learning ARGS=--config=catch` use them.
 QUICK_LEARNING_FLAGS = (
     f"--level_name={CATCH_LEVEL}",
     "--agent_name=ShallowConvNetAgent",

@@ -121,20 +121,22 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     )
     assert completed.returncode == 1
     # A new network gives almost the same policy on every frame.
-    assert "init: SimpleConvNetAgent, features alive " in completed.stdout
+    assert "init (impala/Catch-v0): SimpleConvNetAgent, features alive " in completed.stdout
     assert "logits std 0.0" in completed.stdout
     (error,) = completed.stderr.strip().splitlines()[-1:]
     assert error.startswith(f"probe_network.py: error: {tmp_path / 'ckpt-1'}: no such run folder")
     assert "Traceback" not in completed.stderr
-    # A checkpoint is probed with its own network and game, whatever the flags for `init` say.
+    # A checkpoint is probed with its own network on its own game, whatever the flags for
+    # `init` say (Pong by default); a run folder names its latest checkpoint.
     run_dir = tmp_path / "run"
     save_checkpoints(
         run_dir, "impala/Catch-v0", "ShallowConvNetAgent", shape=(84, 84, 4), num_actions=3
     )
     completed = _run("--agent_name=MLPAgent", str(run_dir), script="probe_network")
     assert completed.returncode == 0, completed.stderr
-    assert f"{run_dir}: ShallowConvNetAgent, features alive " in completed.stdout
-    # The frames are played with the checkpoints' frame skip, an Atari setting only.
+    latest = run_dir / "checkpoints" / "ckpt-7"
+    assert f"{latest} (impala/Catch-v0): ShallowConvNetAgent, features alive " in completed.stdout
+    # `init`'s frames are played with --frame_skip, an Atari setting only.
     completed = _run(
         "--level_name=impala/Catch-v0", "--frame_skip=3", "init", script="probe_network"
     )

@@ -321,12 +321,13 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     assert summary["trajectories_by_actor"]["1"] > 0
     assert "2" not in summary["trajectories_by_actor"]
     assert "3" not in summary["trajectories_by_actor"]
-    # Where the learner's time went after its first step: it trained, and with one actor
-    # killed it also waited; the parts add up to no more than its whole training time.
+    # Where the learner's time went after its first step: a small network's train steps are
+    # quick next to what Python actors take to play an unroll (one of them killed half-way),
+    # so the split must show a learner that mostly waits for its batches.
     split = summary["steady_secs"]
     assert summary["steady_steps"] == summary["steps"] - 1
-    assert split["train_steps"] > 0 and split["waiting_for_batch"] > 0 and split["other"] >= 0
-    assert sum(split.values()) <= summary["training_secs"]
+    assert split["waiting_for_batch"] > split["train_steps"] > 0, split
+    assert split["other"] >= 0 and sum(split.values()) <= summary["training_secs"]
 
 
 def test_an_actor_waits_for_its_learner_and_gives_up_with_a_clear_message(processes):
