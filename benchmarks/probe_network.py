@@ -85,7 +85,8 @@ def main(argv: list[str]) -> int:
     for path in argv[1:]:
         try:
             name, config, agent = _network(path)
-            game = (config.level_name, config.num_action_repeats, config.frame_skip)
+            # (A frame skip of 0 is the default 4: one key for both.)
+            game = (config.level_name, config.num_action_repeats, config.atari_frames_per_step)
             if game not in shown:
                 shown[game] = frames(config)
             observations, num_actions = shown[game]
