@@ -136,6 +136,18 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     assert completed.returncode == 0, completed.stderr
     latest = run_dir / "checkpoints" / "ckpt-7"
     assert f"{latest} (impala/Catch-v0): ShallowConvNetAgent, features alive " in completed.stdout
+    # A network it cannot probe is a bad flag for `init`: one line, status 2.
+    for agent, message in [
+        ("ShallowLSTMAgent", "init: ShallowLSTMAgent: only feed-forward agents"),
+        ("Bogus", "Unknown --agent_name='Bogus'"),
+    ]:
+        completed = _run(
+            "--level_name=impala/Catch-v0", f"--agent_name={agent}", "init", script="probe_network"
+        )
+        assert completed.returncode == 2, completed.stderr
+        (error,) = completed.stderr.strip().splitlines()[-1:]
+        assert error.startswith(f"probe_network.py: error: {message}")
+        assert "Traceback" not in completed.stderr
     # `init`'s frames are played with --frame_skip, an Atari setting only.
     completed = _run(
         "--level_name=impala/Catch-v0", "--frame_skip=3", "init", script="probe_network"
