@@ -361,30 +361,33 @@ class LearnerService:
     def _queue(self, actor_task, weight_version, steps, agent_state):
         spec = self.spec
         count = tf.shape(steps.prev_action)[1]
-        # Observations arrive as one raw byte string (see the package docstring).
-        observation = tf.reshape(
-            tf.io.decode_raw(steps.observation, tf.as_dtype(spec.observation_dtype)),
-            tf.concat([[spec.unroll_length + 1, count], spec.observation_shape], axis=0),
-        )
-        steps = steps._replace(observation=observation)
-        components = [
-            tf.fill([count], actor_task),
-            tf.fill([count], weight_version),
-            *map(_swap_leading_axes, steps),
-            *agent_state,
-        ]
 
         def accepted():
             self._received.assign_add(tf.cast(count, tf.int64))
             return tf.constant(ACCEPTED)
 
-        # Never block a server thread on a full store: `admit` refuses the chunk, and the actor
-        # asks for room again (backpressure without RPCs that outlive a learner).
         def admit():
+            # Observations arrive as one raw byte string (see the package docstring), decoded
+            # only for a store with room: a chunk that met a full store costs no more here.
+            observation = tf.reshape(
+                tf.io.decode_raw(steps.observation, tf.as_dtype(spec.observation_dtype)),
+                tf.concat([[spec.unroll_length + 1, count], spec.observation_shape], axis=0),
+            )
+            components = [
+                tf.fill([count], actor_task),
+                tf.fill([count], weight_version),
+                *map(_swap_leading_axes, steps._replace(observation=observation)),
+                *agent_state,
+            ]
             admitted = self._store.admit(components)
             return tf.cond(admitted, accepted, lambda: tf.constant(QUEUE_FULL))
 
-        return tf.cond(self._finished, lambda: tf.constant(FINISHED), admit)
+        # Never block a server thread on a full store: it refuses the chunk, and the actor asks
+        # for room again (backpressure without RPCs that outlive a learner).
+        def unless_full():
+            return tf.cond(self._store.has_room(), admit, lambda: tf.constant(QUEUE_FULL))
+
+        return tf.cond(self._finished, lambda: tf.constant(FINISHED), unless_full)
 
     def _report_episodes(self, secret, actor_task, episode_return, episode_steps, episode_frames):
         count = tf.shape(episode_return)[0]
