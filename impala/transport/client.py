@@ -39,6 +39,15 @@ from impala.transport.wire import (
 
 _rpc = tf.distribute.experimental.rpc
 
+# While the learner's queue stays full, an actor asks for room again after 2 ms, then twice as
+# long each time, up to a pause of a tenth of its typical wait (a moving average), kept within
+# these bounds: each `room` call costs both sides CPU (about a millisecond on a 2-core machine)
+# that the learner could have trained with, and a slow learner keeps its actors waiting for
+# most of a batch; the tenth bounds how late an actor hears of room to about a tenth of the
+# time it spends waiting anyway.
+_ROOM_FIRST_PAUSE_SECS = 0.002
+_ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
+
 
 class ActorClient:
     """The actor's side: connects to its learner, sends unrolls, fetches weights."""
@@ -82,8 +91,10 @@ class ActorClient:
         # unroll, which travel together, or another actor's).
         self.sent_chunks = 0
         self.full_chunks = 0
-        # Seconds `send` spent waiting for the learner's queue to have room.
+        # Seconds `send` spent waiting for the learner's queue to have room, and `room` calls.
         self.room_wait_secs = 0.0
+        self.room_calls = 0
+        self._typical_room_wait_secs = 0.0
         try:
             self._client = _rpc.Client.create(
                 "grpc",
@@ -161,17 +172,23 @@ class ActorClient:
         megabytes would have travelled and been decoded and checked for nothing, on the
         learner's CPU (with a one-batch queue, most of the unrolls sent were refused).
         """
-        backoff, started = 0.002, time.monotonic()
+        low, high = _ROOM_PAUSE_BOUNDS_SECS
+        longest = min(high, max(low, self._typical_room_wait_secs / 10))
+        pause, started = _ROOM_FIRST_PAUSE_SECS, time.monotonic()
         try:
             while True:
+                self.room_calls += 1
                 status = int(self._call("room"))
                 self._raise_for([status])
                 if status != QUEUE_FULL:
                     return
-                time.sleep(backoff)
-                backoff = min(2 * backoff, 0.02)
+                time.sleep(pause)
+                pause = min(2 * pause, longest)
         finally:
-            self.room_wait_secs += time.monotonic() - started
+            waited = time.monotonic() - started
+            self.room_wait_secs += waited
+            # Slow to forget a long wait: two actors may take turns finding room at once.
+            self._typical_room_wait_secs += 0.2 * (waited - self._typical_room_wait_secs)
 
     def _raise_for(self, statuses) -> None:
         """Raises for the statuses that end sending: the secret refused, the learner done or
@@ -190,7 +207,11 @@ class ActorClient:
         """`enqueue`'s arguments for the trajectories of environments `envs`."""
         steps = Steps(*(field[:, envs] for field in unroll.steps))
         # A byte string travels far faster than a uint8 tensor (see the package docstring).
-        observation = tf.constant(np.ascontiguousarray(steps.observation).tobytes())
+        # Made a tensor through a NumPy object array: `tf.constant` of the bytes themselves
+        # takes several times as long (benchmarks/transport_encoding.py measures both).
+        observation = tf.constant(
+            np.array(np.ascontiguousarray(steps.observation).tobytes(), dtype=object)
+        )
         return [
             tf.constant(self._task, tf.int32),
             tf.constant(unroll.weight_version, tf.int64),

@@ -20,6 +20,7 @@ from impala.trajectory import Steps, Unroll
 from impala.transport import (
     ACCEPTED,
     MAX_MESSAGE_BYTES,
+    QUEUE_FULL,
     REFUSAL_REASONS,
     REFUSED,
     UNAUTHORIZED,
@@ -375,6 +376,54 @@ def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
         _assert_same_trajectories(service.dequeue(2), waiting, first_env=2)
     finally:
         service.close()
+
+
+def test_a_chunk_that_meets_a_full_store_is_refused_before_it_is_decoded():
+    # Two actors told there is room may both send: the chunks that find the queue filled by
+    # the other's are answered QUEUE_FULL without being decoded and offered to the store.
+    spec = _lstm_spec()
+    store = _CountingStore(spec.queue_specs(), capacity=2)
+    address = _free_address()
+    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store, secret=SECRET)
+    try:
+        rng = np.random.default_rng(22)
+        client = _client(address, spec)
+        client.send(_unroll(spec, 2, rng))  # fills the queue
+        chunk = client._chunk_args(_unroll(spec, 2, rng), slice(0, 2))
+        assert int(client._call("enqueue", *chunk)) == QUEUE_FULL
+        assert int(store.offered) == 1
+        assert service.queue_size == 2
+    finally:
+        service.close()
+
+
+def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
+    # Each `room` call costs both sides CPU. An actor that keeps waiting long pauses longer
+    # between calls (up to a tenth of its typical wait) than its first wait's 20 ms, and still
+    # hears of room soon after it opens.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    rng = np.random.default_rng(5)
+    client = _client(address, spec)
+    client.send(_unroll(spec, 2, rng))  # fills the queue
+    calls, heard = [], []
+    for _ in range(3):
+        before = client.room_calls
+        sending = _Thread(client.send, _unroll(spec, 2, rng))
+        time.sleep(2.0)
+        assert sending.is_alive(), "send returned although the queue was full"
+        room_at = time.monotonic()
+        service.dequeue(2)
+        sending.join()
+        assert sending.error is None
+        calls.append(client.room_calls - before)
+        heard.append(time.monotonic() - room_at)
+    # Pauses of 2, 4, 8, 16, then 20 ms: about 100 calls in the first 2 s; about 30 in the
+    # third, whose pauses grow to 72 ms.
+    assert calls[0] > 60, calls
+    assert calls[1] < calls[0] and calls[2] < calls[0] / 2, calls
+    assert max(heard) < 1.0, f"room heard of {max(heard):.2f} s after it opened"
+    assert service.queue_size == 2
 
 
 def test_an_actor_refuses_a_learner_that_lacks_a_method():
