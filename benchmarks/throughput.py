@@ -20,7 +20,12 @@ Prints, in agent steps/s and emulator frames/s:
              their time per batch against the train stage's alone), waiting for a full
              batch, and everything else it does between steps;
   actor      where each end-to-end actor's time went: playing, fetching weights, sending,
-             and waiting for room in the learner's queue.
+             and waiting for room in the learner's queue; and the unrolls and chunks it sent,
+             the chunks sent again (to a queue that filled while they travelled), and its
+             calls asking for room;
+  CPU        CPU seconds per batch (every thread) of the learner and of the actors end to
+             end, against the train stage's and the env and inference stages' alone, and
+             how busy that kept the machine's cores.
 The stages are measured alone, each with the whole machine; end to end they share it.
 """
 
@@ -55,14 +60,20 @@ flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _timed(step, seconds: float, warmup: int = 3) -> float:
-    """Calls per second of `step`, after a few untimed calls (tracing, caches)."""
+# CPU seconds per call of the last `_timed` step, every thread of this process counted.
+_cpu_per_call: dict[str, float] = {}
+
+
+def _timed(step, seconds: float, warmup: int = 3, name: str = "") -> float:
+    """Calls per second of `step`, after a few untimed calls (tracing, caches); its CPU
+    seconds per call go to `_cpu_per_call[name]`."""
     for _ in range(warmup):
         step()
-    calls, start = 0, time.perf_counter()
+    calls, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         step()
         calls += 1
+    _cpu_per_call[name] = (time.process_time() - cpu) / calls
     return calls / (time.perf_counter() - start)
 
 
@@ -88,7 +99,7 @@ def measure_env(
         def step():
             env.step(rng.integers(0, env.num_actions, num_envs))
 
-        rate = _timed(step, seconds) * num_envs
+        rate = _timed(step, seconds, name="env") * num_envs
         return (
             rate,
             env.num_actions,
@@ -108,7 +119,7 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> flo
         output, _ = policy(inputs, state)
         output.policy_logits.numpy()
 
-    return _timed(step, seconds) * num_envs
+    return _timed(step, seconds, name="inference") * num_envs
 
 
 def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> float:
@@ -129,7 +140,8 @@ def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: f
         ),
     )
     trainer = optimise.Trainer(agent, config)
-    return _timed(lambda: trainer.learn(data, frames=0), seconds) * config.unroll_length * batch
+    rate = _timed(lambda: trainer.learn(data, frames=0), seconds, name="train")
+    return rate * config.unroll_length * batch
 
 
 def measure_end_to_end(frames: float) -> dict:
@@ -155,13 +167,20 @@ def measure_end_to_end(frames: float) -> dict:
 
 
 def actor_time(log_path: str) -> str:
-    """Where an actor's time went, from the line it logs when the learner has finished."""
+    """Where an actor's time went and what it sent, from the line it logs when the learner has
+    finished: '24% acting, ... waiting for room (240 unrolls, 720 chunks sent, ...)'."""
     try:
         with open(log_path, errors="replace") as f:
-            found = re.search(r"its time: (.*)\); exiting", f.read())
+            found = re.search(
+                r"learner finished after (\d+) unrolls \((.*); its time: (.*)\); exiting",
+                f.read(),
+            )
     except OSError as error:
         return f"(no log: {error.strerror})"
-    return found.group(1) if found else "(its log does not say)"
+    if not found:
+        return "(its log does not say)"
+    unrolls, sent, split = found.groups()
+    return f"{split} ({unrolls} unrolls, {sent})"
 
 
 def main(argv):
@@ -214,6 +233,33 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
+    print(f"  CPU seconds per batch     {cpu_line(summary, config, e2e, FLAGS.num_envs_per_actor)}")
+
+
+def cpu_line(
+    summary: dict, config: configs.LearnerConfig, e2e_rate: float, num_envs_per_actor: int
+) -> str:
+    """CPU seconds per batch end to end against the stages alone: what the system spends beyond
+    the computation the ceiling counts (transport, polling, contention), e.g. 'learner 2.68
+    (the train stage alone: 2.20), actors 0.70 (the env and inference stages alone: 0.41);
+    the 2 cores 94% busy'."""
+    batch_steps = config.unroll_length * config.batch_size
+    train = _cpu_per_call["train"]
+    play = (_cpu_per_call["env"] + _cpu_per_call["inference"]) * (batch_steps / num_envs_per_actor)
+    per_unroll = [
+        re.search(r"([\d.]+) CPU seconds per unroll", split) for split in summary["actor_time"]
+    ]
+    if not summary.get("steady_steps") or not all(per_unroll):
+        return f"the train stage alone {train:.2f}, the env and inference stages alone {play:.2f}"
+    learner = summary["steady_cpu_secs"] / summary["steady_steps"]
+    unrolls_per_batch = config.batch_size / num_envs_per_actor
+    actors = float(np.mean([float(found.group(1)) for found in per_unroll])) * unrolls_per_batch
+    cores = os.cpu_count() or 1
+    busy = (learner + actors) / (cores * batch_steps / e2e_rate)
+    return (
+        f"learner {learner:.2f} (the train stage alone: {train:.2f}), actors {actors:.2f} (the "
+        f"env and inference stages alone: {play:.2f}); the {cores} cores {busy:.0%} busy"
+    )
 
 
 if __name__ == "__main__":

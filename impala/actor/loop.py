@@ -98,7 +98,9 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
             report(
                 f"actor {config.task}: learner finished after {counts.unrolls} unrolls "
                 f"({counts.sent_chunks} chunks sent, {counts.full_chunks} of them to a queue "
-                f"that had filled while they travelled; its time: {counts.time_split()}); "
+                f"that had filled while they travelled; {counts.room_calls} calls asking for room; "
+                f"{counts.cpu_per_unroll()}; "
+                f"its time: {counts.time_split()}); "
                 "exiting"
             )
         return counts.unrolls
@@ -128,6 +130,7 @@ class _Counts:
     unrolls: int = 0
     sent_chunks: int = 0  # over every connection
     full_chunks: int = 0
+    room_calls: int = 0
     # Where the actor's time went while connected, over its whole run (the learner's start-up
     # included, as waiting for room): playing (the environments and the policy), fetching
     # weights, sending unrolls, and (within sending) waiting for room in the queue.
@@ -135,6 +138,15 @@ class _Counts:
     weights_secs: float = 0.0
     sending_secs: float = 0.0
     room_wait_secs: float = 0.0
+    # This process's CPU seconds (every thread) when its first unroll had been sent.
+    first_unroll_cpu: float | None = None
+
+    def cpu_per_unroll(self) -> str:
+        """E.g. '0.31 CPU seconds per unroll after the first'."""
+        if self.first_unroll_cpu is None or self.unrolls < 2:
+            return "too few unrolls to say its CPU per unroll"
+        per_unroll = (time.process_time() - self.first_unroll_cpu) / (self.unrolls - 1)
+        return f"{per_unroll:.3f} CPU seconds per unroll after the first"
 
     def time_split(self) -> str:
         """E.g. '40% acting, 5% fetching weights, 10% sending, 45% waiting for room'."""
@@ -164,7 +176,7 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
         counts.weights_secs += fetched - started
         counts.acting_secs += acted - fetched
         refused, sent, full = client.refused_chunks, client.sent_chunks, client.full_chunks
-        room_wait = client.room_wait_secs
+        room_wait, room_calls = client.room_wait_secs, client.room_calls
         try:
             client.send(unroll)
         finally:
@@ -172,6 +184,7 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             counts.full_chunks += client.full_chunks - full
             counts.sending_secs += time.monotonic() - acted
             counts.room_wait_secs += client.room_wait_secs - room_wait
+            counts.room_calls += client.room_calls - room_calls
         if client.refused_chunks > refused:
             report(
                 f"actor {config.task}: the learner refused an unroll ({client.refused_chunks} "
@@ -179,6 +192,8 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             )
         client.report_episodes(actor.pop_episode_stats())
         counts.unrolls += 1
+        if counts.first_unroll_cpu is None:
+            counts.first_unroll_cpu = time.process_time()
 
 
 def _connect(config, spec, identity, variables, secret, report) -> transport.ActorClient:

@@ -118,6 +118,10 @@ class _Counters:
     first_step_time: float | None = None
     first_step_frames: int = 0
     last_step_time: float | None = None
+    # This process's CPU seconds (all its threads: the train step's and the RPC server's) at
+    # the end of the first step and of the last.
+    first_step_cpu: float = 0.0
+    last_step_cpu: float = 0.0
     # Where the learner's time went in the steps after the first (the steady-state window):
     # waiting for a full batch, in the optimisation steps, and everything else (gathering the
     # learners' states and games, publishing weights, checkpoints, reports).
@@ -258,6 +262,8 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
             "train_steps": counters.train_secs,
             "other": counters.other_secs,
         },
+        # CPU seconds this process used over the steady window, every thread counted.
+        "steady_cpu_secs": counters.last_step_cpu - counters.first_step_cpu,
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
         "refused_calls": service.refusals,
@@ -330,9 +336,11 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
         counters.trajectories_by_actor.update(queued.actor_task.numpy().tolist())
         progress.add_frames(frames_per_step_all_learners)
         counters.last_step_time = time.monotonic()
+        counters.last_step_cpu = time.process_time()
         if counters.first_step_time is None:
             counters.first_step_time = counters.last_step_time
             counters.first_step_frames = progress.frames
+            counters.first_step_cpu = counters.last_step_cpu
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
         episodes = _gather_episodes(service)
         progress.add_episode_returns(episodes[:, 0])

@@ -312,8 +312,9 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     assert processes.wait(learner_process, 180) == 0, processes.log(learner_process)
     assert processes.wait(good[1], 30) == 0
     assert re.search(
-        r"learner finished after \d+ unrolls .*its time: \d+% acting, \d+% fetching weights, "
-        r"\d+% sending, \d+% waiting for room\); exiting",
+        r"learner finished after \d+ unrolls \(\d+ chunks sent, \d+ of them .*; \d+ calls asking "
+        r"for room; [\d.]+ CPU seconds per unroll after the first; its time: \d+% acting, "
+        r"\d+% fetching weights, \d+% sending, \d+% waiting for room\); exiting",
         processes.log(good[1]),
     )
     summary = json.loads((tmp_path / "run" / "learner_0.json").read_text())
@@ -330,6 +331,9 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     elapsed = steady_frames / summary["frames_per_second_steady"]
     assert abs(sum(split.values()) - elapsed) < 0.1 * elapsed + 0.5, (split, elapsed)
     assert split["train_steps"] > 0 and split["waiting_for_batch"] > 0 and split["other"] > 0
+    # The CPU it used over that window: some, and no more than its threads could have used on
+    # this machine's cores in that time.
+    assert 0 < summary["steady_cpu_secs"] <= (os.cpu_count() or 1) * (elapsed + 0.5)
 
 
 def test_an_actor_waits_for_its_learner_and_gives_up_with_a_clear_message(processes):
