@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -167,20 +166,13 @@ def measure_end_to_end(frames: float) -> dict:
 
 
 def actor_time(log_path: str) -> str:
-    """Where an actor's time went and what it sent, from the line it logs when the learner has
-    finished: '24% acting, ... waiting for room (240 unrolls, 720 chunks sent, ...)'."""
+    """Where an actor's time went and what it sent (`progress.actor_exit_split`), from its log."""
     try:
         with open(log_path, errors="replace") as f:
-            found = re.search(
-                r"learner finished after (\d+) unrolls \((.*); its time: (.*)\); exiting",
-                f.read(),
-            )
+            split = progress.actor_exit_split(f.read())
     except OSError as error:
         return f"(no log: {error.strerror})"
-    if not found:
-        return "(its log does not say)"
-    unrolls, sent, split = found.groups()
-    return f"{split} ({unrolls} unrolls, {sent})"
+    return split or "(its log does not say)"
 
 
 def main(argv):
@@ -233,33 +225,24 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
-    print(f"  CPU seconds per batch     {cpu_line(summary, config, e2e, FLAGS.num_envs_per_actor)}")
-
-
-def cpu_line(
-    summary: dict, config: configs.LearnerConfig, e2e_rate: float, num_envs_per_actor: int
-) -> str:
-    """CPU seconds per batch end to end against the stages alone: what the system spends beyond
-    the computation the ceiling counts (transport, polling, contention), e.g. 'learner 2.68
-    (the train stage alone: 2.20), actors 0.70 (the env and inference stages alone: 0.41);
-    the 2 cores 94% busy'."""
     batch_steps = config.unroll_length * config.batch_size
-    train = _cpu_per_call["train"]
-    play = (_cpu_per_call["env"] + _cpu_per_call["inference"]) * (batch_steps / num_envs_per_actor)
-    per_unroll = [
-        re.search(r"([\d.]+) CPU seconds per unroll", split) for split in summary["actor_time"]
-    ]
-    if not summary.get("steady_steps") or not all(per_unroll):
-        return f"the train stage alone {train:.2f}, the env and inference stages alone {play:.2f}"
-    learner = summary["steady_cpu_secs"] / summary["steady_steps"]
-    unrolls_per_batch = config.batch_size / num_envs_per_actor
-    actors = float(np.mean([float(found.group(1)) for found in per_unroll])) * unrolls_per_batch
-    cores = os.cpu_count() or 1
-    busy = (learner + actors) / (cores * batch_steps / e2e_rate)
-    return (
-        f"learner {learner:.2f} (the train stage alone: {train:.2f}), actors {actors:.2f} (the "
-        f"env and inference stages alone: {play:.2f}); the {cores} cores {busy:.0%} busy"
+    steps_per_call = batch_steps / FLAGS.num_envs_per_actor
+    stages = {
+        "train": _cpu_per_call["train"],
+        "play": (_cpu_per_call["env"] + _cpu_per_call["inference"]) * steps_per_call,
+    }
+    learner_cpu = (
+        summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
     )
+    cpu = progress.cpu_line(
+        learner_cpu,
+        summary["actor_time"],
+        config.batch_size / FLAGS.num_envs_per_actor,
+        stages,
+        batch_steps / e2e,
+        os.cpu_count() or 1,
+    )
+    print(f"  CPU seconds per batch     {cpu}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Iterable
 
@@ -134,4 +135,55 @@ def learner_time_line(steady_secs: dict[str, float], batches: int) -> str:
         f"{train / total:.0%} in train steps ({train / batches:.3f} s per batch), "
         f"{steady_secs['waiting_for_batch'] / total:.0%} waiting for a batch, "
         f"{steady_secs['other'] / total:.0%} other"
+    )
+
+
+def actor_exit_split(log: str) -> str | None:
+    """Where an actor's time went and what it sent, from the line it logs when its learner has
+    finished: '24% acting, ... waiting for room (240 unrolls, 720 chunks sent, ...)'; None if
+    `log` has no such line."""
+    found = re.search(
+        r"learner finished after (\d+) unrolls \((.*); its time: (.*)\); exiting", log
+    )
+    if not found:
+        return None
+    unrolls, sent, split = found.groups()
+    return f"{split} ({unrolls} unrolls, {sent})"
+
+
+def cpu_line(
+    learner_cpu_per_batch: float | None,
+    actor_splits: Iterable[str],
+    unrolls_per_batch: float,
+    stages: dict[str, float],
+    seconds_per_batch: float,
+    cores: int,
+) -> str:
+    """CPU seconds per batch end to end against the stages alone: what a system spends beyond
+    the computation its ceiling counts (transport, polling, contention), e.g. 'learner 2.68
+    (the train stage alone: 2.20), actors 0.70 (the env and inference stages alone: 0.41);
+    the 2 cores 94% busy'.
+
+    Args:
+      learner_cpu_per_batch: the learner's CPU seconds per batch end to end (None: unknown).
+      actor_splits: each actor's `actor_exit_split`, which gives its CPU seconds per unroll.
+      unrolls_per_batch: actors' unrolls a batch takes (batch size / environments per actor).
+      stages: CPU seconds per batch of the stages alone: "train", and "play" (env and
+        inference).
+      seconds_per_batch: wall-clock seconds per batch end to end.
+      cores: the machine's cores.
+    """
+    alone = (
+        f"the train stage alone {stages['train']:.2f}, "
+        f"the env and inference stages alone {stages['play']:.2f}"
+    )
+    per_unroll = [re.search(r"([\d.]+) CPU seconds per unroll", s) for s in actor_splits]
+    if learner_cpu_per_batch is None or not per_unroll or not all(per_unroll):
+        return alone
+    actors = float(np.mean([float(found.group(1)) for found in per_unroll])) * unrolls_per_batch
+    busy = (learner_cpu_per_batch + actors) / (cores * seconds_per_batch)
+    return (
+        f"learner {learner_cpu_per_batch:.2f} (the train stage alone: {stages['train']:.2f}), "
+        f"actors {actors:.2f} (the env and inference stages alone: {stages['play']:.2f}); "
+        f"the {cores} cores {busy:.0%} busy"
     )

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,8 +14,8 @@ from absl.testing import flagsaver
 
 import experiment
 import plot
-from benchmarks import learning, throughput
-from impala import configs, evaluation
+from benchmarks import learning
+from impala import evaluation
 from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, processes_with, read_text, wait_until
 
@@ -283,39 +282,6 @@ def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag
     assert completed.returncode != 0
     assert message in completed.stderr
     assert "Traceback" not in completed.stderr
-
-
-def test_throughput_gives_cpu_seconds_per_batch_from_the_summary_and_the_actors_lines(tmp_path):
-    # A batch of 16 x 20 at 184 agent steps/s end to end takes 1.739 s; one 16-environment
-    # unroll fills it. Stage CPU per call: env 0.01 s and inference 0.0125 s per 16 steps
-    # (20 calls each per batch), train 2.2 s per batch.
-    line = (
-        "actor 0: learner finished after 40 unrolls (120 chunks sent, 9 of them to a queue that "
-        "had filled while they travelled; 300 calls asking for room; 0.350 CPU seconds per "
-        "unroll after the first; its time: 20% acting, 3% fetching weights, 3% sending, 74% "
-        "waiting for room); exiting"
-    )
-    (tmp_path / "actor_0.log").write_text(f"started\n{line}\n")
-    split = throughput.actor_time(str(tmp_path / "actor_0.log"))
-    assert split == (
-        "20% acting, 3% fetching weights, 3% sending, 74% waiting for room (40 unrolls, 120 "
-        "chunks sent, 9 of them to a queue that had filled while they travelled; 300 calls "
-        "asking for room; 0.350 CPU seconds per unroll after the first)"
-    )
-    assert throughput.actor_time(str(tmp_path / "missing.log")).startswith("(no log: ")
-    summary = {"steady_steps": 10, "steady_cpu_secs": 26.8, "actor_time": [split, split]}
-    config = configs.LearnerConfig(batch_size=16, unroll_length=20)
-    cores = os.cpu_count()
-    with mock.patch.dict(throughput._cpu_per_call, env=0.01, inference=0.0125, train=2.2):
-        got = throughput.cpu_line(summary, config, 320 / 1.739, 16)
-        assert got == (
-            "learner 2.68 (the train stage alone: 2.20), actors 0.35 (the env and inference "
-            f"stages alone: 0.45); the {cores} cores {3.03 / (cores * 1.739):.0%} busy"
-        )
-        summary["actor_time"][1] = "(its log does not say)"
-        assert throughput.cpu_line(summary, config, 320 / 1.739, 16) == (
-            "the train stage alone 2.20, the env and inference stages alone 0.45"
-        )
 
 
 @pytest.mark.slow

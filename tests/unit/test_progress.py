@@ -1,6 +1,6 @@
 """The progress line and the episode-score statistics."""
 
-from impala.progress import Progress, learner_time_line
+from impala.progress import Progress, actor_exit_split, cpu_line, learner_time_line
 
 
 class _Clock:
@@ -59,3 +59,37 @@ def test_learner_time_line_of_a_run_too_short_to_split():
     )
     one_step = {"train_steps": 1.0, "waiting_for_batch": 0.0, "other": 0.0}
     assert "too few" in learner_time_line(one_step, batches=0)
+
+
+_ACTOR_EXIT = (
+    "actor 0: learner finished after 40 unrolls (120 chunks sent, 9 of them to a queue that had "
+    "filled while they travelled; 300 calls asking for room; 0.350 CPU seconds per unroll after "
+    "the first; its time: 20% acting, 3% fetching weights, 3% sending, 74% waiting for room); "
+    "exiting"
+)
+
+
+def test_actor_exit_split_reads_the_actors_last_line():
+    split = actor_exit_split(f"actor 0 acting for learner localhost:1\n{_ACTOR_EXIT}\n")
+    assert split == (
+        "20% acting, 3% fetching weights, 3% sending, 74% waiting for room (40 unrolls, 120 "
+        "chunks sent, 9 of them to a queue that had filled while they travelled; 300 calls "
+        "asking for room; 0.350 CPU seconds per unroll after the first)"
+    )
+    assert actor_exit_split("actor 0 acting for learner localhost:1\n") is None
+
+
+def test_cpu_line_sets_each_sides_cpu_per_batch_against_its_stages_alone():
+    # A 16 x 20 batch in 1.739 s, filled by one 16-environment unroll.
+    split = actor_exit_split(_ACTOR_EXIT)
+    stages = {"train": 2.2, "play": 0.45}
+    assert cpu_line(2.68, [split, split], 1.0, stages, 1.739, 2) == (
+        "learner 2.68 (the train stage alone: 2.20), actors 0.35 (the env and inference stages "
+        "alone: 0.45); the 2 cores 87% busy"
+    )
+    # Unroll batches of 32 take two unrolls; the actors' CPU is their mean per unroll.
+    other = split.replace("0.350 CPU", "0.450 CPU")
+    assert "actors 0.80 (" in cpu_line(2.68, [split, other], 2.0, stages, 1.739, 2)
+    unknown = "the train stage alone 2.20, the env and inference stages alone 0.45"
+    assert cpu_line(None, [split], 1.0, stages, 1.739, 2) == unknown
+    assert cpu_line(2.68, [split, "(its log does not say)"], 1.0, stages, 1.739, 2) == unknown
