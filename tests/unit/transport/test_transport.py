@@ -3,6 +3,7 @@
 Server and clients live in this process and talk over real gRPC on the loopback interface.
 """
 
+import contextlib
 import gc
 import socket
 import threading
@@ -351,19 +352,29 @@ class _CountingStore(FifoStore):
             return super().admit(components)
 
 
-def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
-    # Unrolls sent to a full queue travel, are decoded and checked, and are refused: the actor
-    # asks for room with a small call instead and sends its unroll once.
+@contextlib.contextmanager
+def _full_counting_service(seed):
+    """A service whose store counts the chunks offered to it, filled by one client's unroll of
+    2; yields (service, store, that client, rng)."""
     spec = _lstm_spec()
     store = _CountingStore(spec.queue_specs(), capacity=2)
     address = _free_address()
     service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store, secret=SECRET)
     try:
-        rng = np.random.default_rng(21)
+        rng = np.random.default_rng(seed)
         client = _client(address, spec)
         client.send(_unroll(spec, 2, rng))  # fills the queue
         assert int(store.offered) == 1
-        waiting = _unroll(spec, 2, rng, first_env=2)
+        yield service, store, client, rng
+    finally:
+        service.close()
+
+
+def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
+    # Unrolls sent to a full queue travel, are decoded and checked, and are refused: the actor
+    # asks for room with a small call instead and sends its unroll once.
+    with _full_counting_service(21) as (service, store, client, rng):
+        waiting = _unroll(service.spec, 2, rng, first_env=2)
         sending = _Thread(client.send, waiting)
         time.sleep(1.0)
         assert sending.is_alive(), "send returned although the queue was full"
@@ -374,27 +385,16 @@ def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
         assert int(store.offered) == 2
         assert (client.sent_chunks, client.full_chunks) == (2, 0)
         _assert_same_trajectories(service.dequeue(2), waiting, first_env=2)
-    finally:
-        service.close()
 
 
 def test_a_chunk_that_meets_a_full_store_is_refused_before_it_is_decoded():
     # Two actors told there is room may both send: the chunks that find the queue filled by
     # the other's are answered QUEUE_FULL without being decoded and offered to the store.
-    spec = _lstm_spec()
-    store = _CountingStore(spec.queue_specs(), capacity=2)
-    address = _free_address()
-    service = LearnerService(address, spec, IDENTITY, [], 0, 1, store=store, secret=SECRET)
-    try:
-        rng = np.random.default_rng(22)
-        client = _client(address, spec)
-        client.send(_unroll(spec, 2, rng))  # fills the queue
-        chunk = client._chunk_args(_unroll(spec, 2, rng), slice(0, 2))
+    with _full_counting_service(22) as (service, store, client, rng):
+        chunk = client._chunk_args(_unroll(service.spec, 2, rng), slice(0, 2))
         assert int(client._call("enqueue", *chunk)) == QUEUE_FULL
         assert int(store.offered) == 1
         assert service.queue_size == 2
-    finally:
-        service.close()
 
 
 def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
