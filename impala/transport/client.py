@@ -40,11 +40,12 @@ from impala.transport.wire import (
 _rpc = tf.distribute.experimental.rpc
 
 # While the learner's queue stays full, an actor asks for room again after 2 ms, then twice as
-# long each time, up to a pause of a tenth of its typical wait (a moving average), kept within
-# these bounds: each `room` call costs both sides CPU (about a millisecond on a 2-core machine)
-# that the learner could have trained with, and a slow learner keeps its actors waiting for
-# most of a batch; the tenth bounds how late an actor hears of room to about a tenth of the
-# time it spends waiting anyway.
+# long each time, up to a pause of a tenth of how long it has waited so far or typically waits
+# (a moving average), whichever is longer, kept within these bounds: each `room` call costs both
+# sides CPU (about a millisecond on a slow 2-core machine) that the learner could have trained
+# with, a slow learner keeps its actors waiting for most of a batch, and a learner tracing its
+# first step for a minute keeps them waiting that long; the tenth bounds how late an actor hears
+# of room to about a tenth of the time it spends waiting anyway.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
 
@@ -173,7 +174,6 @@ class ActorClient:
         learner's CPU (with a one-batch queue, most of the unrolls sent were refused).
         """
         low, high = _ROOM_PAUSE_BOUNDS_SECS
-        longest = min(high, max(low, self._typical_room_wait_secs / 10))
         pause, started = _ROOM_FIRST_PAUSE_SECS, time.monotonic()
         try:
             while True:
@@ -183,7 +183,8 @@ class ActorClient:
                 if status != QUEUE_FULL:
                     return
                 time.sleep(pause)
-                pause = min(2 * pause, longest)
+                waited = max(time.monotonic() - started, self._typical_room_wait_secs)
+                pause = min(2 * pause, high, max(low, waited / 10))
         finally:
             waited = time.monotonic() - started
             self.room_wait_secs += waited
