@@ -42,10 +42,10 @@ _rpc = tf.distribute.experimental.rpc
 # While the learner's queue stays full, an actor asks for room again after 2 ms, then twice as
 # long each time, up to a pause of a tenth of how long it has waited so far or typically waits
 # (a moving average), whichever is longer, kept within these bounds: each `room` call costs both
-# sides CPU (about a millisecond on a slow 2-core machine) that the learner could have trained
-# with, a slow learner keeps its actors waiting for most of a batch, and a learner tracing its
-# first step for a minute keeps them waiting that long; the tenth bounds how late an actor hears
-# of room to about a tenth of the time it spends waiting anyway.
+# sides CPU that the learner could have trained with, a slow learner keeps its actors waiting
+# for most of a batch, and a learner tracing its first step for a minute keeps them waiting that
+# long; the tenth bounds how late an actor hears of room to about a tenth of the time it spends
+# waiting anyway.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
 
