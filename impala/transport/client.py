@@ -35,6 +35,7 @@ from impala.transport.wire import (
     MismatchError,
     UnrollSpec,
     _trajectory_bytes,
+    observation_bytes,
 )
 
 _rpc = tf.distribute.experimental.rpc
@@ -208,11 +209,7 @@ class ActorClient:
         """`enqueue`'s arguments for the trajectories of environments `envs`."""
         steps = Steps(*(field[:, envs] for field in unroll.steps))
         # A byte string travels far faster than a uint8 tensor (see the package docstring).
-        # Made a tensor through a NumPy object array: `tf.constant` of the bytes themselves
-        # takes several times as long (benchmarks/transport_encoding.py measures both).
-        observation = tf.constant(
-            np.array(np.ascontiguousarray(steps.observation).tobytes(), dtype=object)
-        )
+        observation = observation_bytes(steps.observation)
         return [
             tf.constant(self._task, tf.int32),
             tf.constant(unroll.weight_version, tf.int64),

@@ -192,6 +192,15 @@ def _trajectory_bytes(unroll: Unroll) -> int:
     return sum(np.asarray(field).nbytes for field in fields) // unroll.steps.prev_action.shape[1]
 
 
+def observation_bytes(observation: np.ndarray) -> tf.Tensor:
+    """Observations as the scalar string tensor they travel as (see the package docstring).
+
+    Made a tensor through a 0-d NumPy object array: `tf.constant` of the bytes themselves takes
+    several times as long (benchmarks/transport_encoding.py measures both).
+    """
+    return tf.constant(np.array(np.ascontiguousarray(observation).tobytes(), dtype=object))
+
+
 def _swap_leading_axes(tensor: tf.Tensor) -> tf.Tensor:
     """[T, B, ...] <-> [B, T, ...]."""
     return tf.transpose(tensor, [1, 0, *range(2, len(tensor.shape))])
