@@ -39,6 +39,7 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the stages compute as experiment.py's roles
 
 import numpy as np
 import tensorflow as tf

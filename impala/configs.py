@@ -219,11 +219,14 @@ def check_learner_job_flags(
     )
 
 
-def check_actor_job_flags(num_envs_per_actor: int, connect_timeout_secs: float) -> None:
+def check_actor_job_flags(
+    num_envs_per_actor: int, connect_timeout_secs: float, actor_threads: int
+) -> None:
     """Raises the one-line error of an actor flag out of range."""
     _require(
         num_envs_per_actor >= 1, "num_envs_per_actor", num_envs_per_actor, "must be at least 1"
     )
+    _require(actor_threads >= 1, "actor_threads", actor_threads, "must be at least 1")
     _require(
         0 < connect_timeout_secs < math.inf,
         "connect_timeout_secs",

@@ -45,6 +45,13 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("num_envs_per_actor", 16, "Environments each actor steps together.")
 flags.DEFINE_integer(
+    "actor_threads",
+    1,
+    "Threads an actor gives TensorFlow inside one op (its network on a batch of observations). "
+    "One leaves the other cores to the learner and the other actors of a shared host; more can "
+    "help an actor alone on a host with cores to spare.",
+)
+flags.DEFINE_integer(
     "queue_capacity",
     0,
     "Trajectories a learner queues before actors block (0: one batch, so that the learner "

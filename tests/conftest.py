@@ -7,11 +7,12 @@ import uuid
 
 import pytest
 
-from tests.fake_runs import save_checkpoints
-from tests.helpers import ROOT, Processes
-
 # TensorFlow's C++ info logs (oneDNN notices, RPC servers shutting down) would bury test output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # computed as experiment.py's processes do
+
+from tests.fake_runs import save_checkpoints
+from tests.helpers import ROOT, Processes
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import tensorflow as tf
 
 from impala import build, run_secret, transport
 from impala.actor.actor import Actor
@@ -28,6 +29,7 @@ class ActorJobConfig:
       task: this actor's index among all actors.
       learner_hosts: "host:port" of every learner; this actor talks to learner task mod L.
       num_envs: environments stepped together by this actor.
+      threads: TensorFlow's threads inside one op (intra-op) in this process.
       connect_timeout_secs: how long to wait for the learner to come up.
       secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
       repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
@@ -39,6 +41,7 @@ class ActorJobConfig:
     task: int
     learner_hosts: tuple[str, ...]
     num_envs: int = 1
+    threads: int = 1
     unroll_length: int = 20
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0
@@ -54,7 +57,7 @@ class ActorJobConfig:
         check_playing_flags(
             self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
         )
-        check_actor_job_flags(self.num_envs, self.connect_timeout_secs)
+        check_actor_job_flags(self.num_envs, self.connect_timeout_secs, self.threads)
         if not self.secret_file:
             raise ValueError(
                 "--secret_file: an actor needs the run secret: the learner's run folder has "
@@ -69,6 +72,8 @@ class ActorJobConfig:
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
     secret = _read_secret(config, report)  # before anything slow: a bad file fails fast
+    # Before TensorFlow runs anything: its thread pools are made once, at its first op.
+    tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
     with build.environment(
         config.level_name,
@@ -166,7 +171,11 @@ class _Counts:
 def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) -> None:
     """Sends unrolls until the learner finishes or stops answering (both raise)."""
     _wait_for_first_weights(client, actor)
-    report(f"actor {config.task} acting for learner {config.learner_address}")
+    threads = tf.config.threading.get_intra_op_parallelism_threads()
+    report(
+        f"actor {config.task} acting for learner {config.learner_address} ({config.num_envs} "
+        f"environments, {threads} TensorFlow thread{'s' if threads != 1 else ''} per op)"
+    )
     while True:
         started = time.monotonic()
         _update_weights(client, actor)

@@ -74,11 +74,16 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
             f"--secret_file={processes.secret_file}",
         ],
     )
-    actors = [processes.experiment(f"actor_{t}", *_actor_flags(port, t)) for t in range(2)]
+    actors = [
+        processes.experiment(f"actor_{t}", *_actor_flags(port, t, f"--actor_threads={t + 1}"))
+        for t in range(2)
+    ]
     assert processes.wait(learner_process, 120) == 0, processes.log(learner_process)
-    for actor in actors:
+    for task, actor in enumerate(actors):
         assert processes.wait(actor, 30) == 0, processes.log(actor)
         assert "learner finished" in processes.log(actor)
+        threads = "1 TensorFlow thread per op" if task == 0 else "2 TensorFlow threads per op"
+        assert f"({NUM_ENVS} environments, {threads})" in processes.log(actor)
     with open(record_path, "rb") as f:
         record = pickle.load(f)
     assert len(record["batches"]) == steps
