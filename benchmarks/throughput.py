@@ -31,6 +31,7 @@ The stages are measured alone, each with the whole machine; end to end they shar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -60,21 +61,27 @@ flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# CPU seconds per call of the last `_timed` step, every thread of this process counted.
-_cpu_per_call: dict[str, float] = {}
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A stage measured alone: agent steps per second, and CPU seconds per agent step (every
+    thread of this process counted)."""
+
+    steps_per_second: float
+    cpu_per_step: float
 
 
-def _timed(step, seconds: float, warmup: int = 3, name: str = "") -> float:
-    """Calls per second of `step`, after a few untimed calls (tracing, caches); its CPU
-    seconds per call go to `_cpu_per_call[name]`."""
+def _timed(step, seconds: float, steps_per_call: float, warmup: int = 3) -> Stage:
+    """`step`'s rate and CPU cost, after a few untimed calls (tracing, caches); each call does
+    `steps_per_call` agent steps of work."""
     for _ in range(warmup):
         step()
     calls, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         step()
         calls += 1
-    _cpu_per_call[name] = (time.process_time() - cpu) / calls
-    return calls / (time.perf_counter() - start)
+    cpu_per_call = (time.process_time() - cpu) / calls
+    calls_per_second = calls / (time.perf_counter() - start)
+    return Stage(calls_per_second * steps_per_call, cpu_per_call / steps_per_call)
 
 
 def measure_env(
@@ -85,7 +92,7 @@ def measure_env(
     repeat_action_probability: float = 0.0,
     frame_skip: int = 0,
 ):
-    """Agent steps/s of one actor's environments with random actions, and their specs."""
+    """One actor's environments with random actions, measured, and their specs."""
     with build.environment(
         level,
         num_envs,
@@ -99,9 +106,8 @@ def measure_env(
         def step():
             env.step(rng.integers(0, env.num_actions, num_envs))
 
-        rate = _timed(step, seconds, name="env") * num_envs
         return (
-            rate,
+            _timed(step, seconds, steps_per_call=num_envs),
             env.num_actions,
             env.observation_shape,
             env.observation_dtype,
@@ -109,8 +115,8 @@ def measure_env(
         )
 
 
-def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> float:
-    """Observations/s through the policy, batched as an actor batches them."""
+def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> Stage:
+    """Observations through the policy, batched as an actor batches them."""
     inputs = networks.dummy_inputs(shape, dtype, batch_size=num_envs)
     state = agent.initial_state(num_envs)
     policy = tf.function(lambda i, s: agent(i, s))
@@ -119,11 +125,11 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> flo
         output, _ = policy(inputs, state)
         output.policy_logits.numpy()
 
-    return _timed(step, seconds, name="inference") * num_envs
+    return _timed(step, seconds, steps_per_call=num_envs)
 
 
-def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> float:
-    """Agent steps/s of new experience the learner consumes: T x B per `learn` call, which
+def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> Stage:
+    """Agent steps of new experience the learner consumes: T x B per `learn` call, which
     takes `config.batch_reuse` optimisation steps."""
     num_steps, batch = config.unroll_length + 1, config.batch_size
     rng = np.random.default_rng(0)
@@ -140,8 +146,9 @@ def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: f
         ),
     )
     trainer = optimise.Trainer(agent, config)
-    rate = _timed(lambda: trainer.learn(data, frames=0), seconds, name="train")
-    return rate * config.unroll_length * batch
+    return _timed(
+        lambda: trainer.learn(data, frames=0), seconds, steps_per_call=config.unroll_length * batch
+    )
 
 
 def measure_end_to_end(frames: float) -> dict:
@@ -193,7 +200,7 @@ def main(argv):
         f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} "
         f"optimisation step(s) per batch"
     )
-    env_rate, num_actions, shape, dtype, frames_per_step = measure_env(
+    env, num_actions, shape, dtype, frames_per_step = measure_env(
         FLAGS.level_name,
         FLAGS.num_envs_per_actor,
         FLAGS.num_action_repeats,
@@ -202,9 +209,9 @@ def main(argv):
         FLAGS.frame_skip,
     )
     agent = build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
-    inference_rate = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
-    train_rate = measure_train(agent, shape, dtype, config, FLAGS.seconds)
-    ceiling = 1.0 / (1.0 / env_rate + 1.0 / inference_rate + 1.0 / train_rate)
+    inference = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
+    train = measure_train(agent, shape, dtype, config, FLAGS.seconds)
+    ceiling = 1.0 / sum(1.0 / stage.steps_per_second for stage in (env, inference, train))
     summary = measure_end_to_end(FLAGS.e2e_frames)
     e2e = summary["frames_per_second_steady"] / frames_per_step
 
@@ -212,13 +219,14 @@ def main(argv):
         frames = steps_per_second * frames_per_step
         print(f"  {name:<24} {steps_per_second:>9,.0f} agent steps/s {frames:>10,.0f} frames/s")
 
-    row("env (random actions)", env_rate)
-    row("inference", inference_rate)
-    row("train step", train_rate)
+    row("env (random actions)", env.steps_per_second)
+    row("inference", inference.steps_per_second)
+    row("train step", train.steps_per_second)
     row("ceiling 1/(sum of 1/x)", ceiling)
     row("end to end (steady)", e2e)
     print(f"  end to end / ceiling      {e2e / ceiling:.2f}")
-    alone = config.unroll_length * config.batch_size / train_rate
+    batch_steps = config.unroll_length * config.batch_size
+    alone = batch_steps / train.steps_per_second
     print(
         f"  learner end to end        "
         f"{progress.learner_time_line(summary['steady_secs'], summary['steady_steps'])}; "
@@ -226,11 +234,9 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
-    batch_steps = config.unroll_length * config.batch_size
-    steps_per_call = batch_steps / FLAGS.num_envs_per_actor
     stages = {
-        "train": _cpu_per_call["train"],
-        "play": (_cpu_per_call["env"] + _cpu_per_call["inference"]) * steps_per_call,
+        "train": train.cpu_per_step * batch_steps,
+        "play": (env.cpu_per_step + inference.cpu_per_step) * batch_steps,
     }
     learner_cpu = (
         summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
