@@ -145,6 +145,8 @@ MAX_ACTION_REPEATS = (2**31 - 1) // ATARI_FRAME_SKIP
 # Atari frame skips: at least 2, since each step max-pools its last two frames; at most as many
 # as keep `frame_skip * num_action_repeats` within ALE's 32-bit frame counts.
 MIN_FRAME_SKIP = 2
+# TensorFlow makes the threads it is given: a typo must not ask it for millions.
+MAX_ACTOR_THREADS = 256
 
 
 def check_repeat_action_probability(value: Any) -> None:
@@ -226,7 +228,12 @@ def check_actor_job_flags(
     _require(
         num_envs_per_actor >= 1, "num_envs_per_actor", num_envs_per_actor, "must be at least 1"
     )
-    _require(actor_threads >= 1, "actor_threads", actor_threads, "must be at least 1")
+    _require(
+        1 <= actor_threads <= MAX_ACTOR_THREADS,
+        "actor_threads",
+        actor_threads,
+        f"must be from 1 to {MAX_ACTOR_THREADS}",
+    )
     _require(
         0 < connect_timeout_secs < math.inf,
         "connect_timeout_secs",

@@ -177,7 +177,8 @@ def test_an_actor_waiting_for_the_run_secret_says_so_once_then_every_30_s(tmp_pa
     "field, value, message",
     [
         ("num_envs", 0, "--num_envs_per_actor=0: must be at least 1"),
-        ("threads", 0, "--actor_threads=0: must be at least 1"),
+        ("threads", 0, "--actor_threads=0: must be from 1 to 256"),
+        ("threads", 10**9, "--actor_threads=1000000000: must be from 1 to 256"),
         ("connect_timeout_secs", 0.0, "--connect_timeout_secs=0.0: must be a finite number > 0"),
         ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
         ("seed", -1, "--seed=-1: must be >= 0"),

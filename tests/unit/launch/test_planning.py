@@ -145,7 +145,7 @@ def _check_as_launcher(*argv):
         (["--save_every_secs=0"], "--save_every_secs=0.0: must be a finite number > 0"),
         (["--save_every_secs=inf"], "--save_every_secs=inf: must be a finite number > 0"),
         (["--num_envs_per_actor=0"], "--num_envs_per_actor=0: must be at least 1"),
-        (["--actor_threads=0"], "--actor_threads=0: must be at least 1"),
+        (["--actor_threads=0"], "--actor_threads=0: must be from 1 to 256"),
         (["--connect_timeout_secs=nan"], "--connect_timeout_secs=nan: must be a finite number > 0"),
         (["--num_action_repeats=0"], "--num_action_repeats=0: must be at least 1"),
         (["--seed=-1"], "--seed=-1: must be >= 0"),
