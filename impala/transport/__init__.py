@@ -14,10 +14,11 @@ training whatever arrives. Traffic is not encrypted (see the README's threat mod
 
 What travels how:
 - `hello`: the actor's identity and task; the learner answers whether it may connect.
-- `room`: whether the learner's store would take a chunk now; an actor asks before it sends an
-  unroll, and again while the answer is `QUEUE_FULL` (after pauses that grow to a tenth of how
-  long it has waited so far or typically waits), so that unrolls are not sent to a full store
-  to see whether it takes them.
+- `room`: whether the actor may send a chunk now; an actor asks before it sends an unroll, and
+  again while the answer is `QUEUE_FULL` (after pauses that grow to a tenth of how long it has
+  waited so far or typically waits), so that unrolls are not sent to a full store to see
+  whether it takes them. Room goes to the actor that has waited longest among those still
+  asking, so that an actor pausing longer between asks is not passed over again and again.
 - `enqueue`: chunks of whole trajectories, time-major; the learner answers `ACCEPTED`,
   `QUEUE_FULL` (the store filled while the chunk travelled: refused before it is decoded, and
   the actor asks for room again),

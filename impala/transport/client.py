@@ -46,7 +46,9 @@ _rpc = tf.distribute.experimental.rpc
 # sides CPU that the learner could have trained with, a slow learner keeps its actors waiting
 # for most of a batch, and a learner tracing its first step for a minute keeps them waiting that
 # long; the tenth bounds how late an actor hears of room to about a tenth of the time it spends
-# waiting anyway.
+# waiting anyway. The learner serves its actors in the order they began to wait, and takes an
+# actor that has not asked for `server.ROOM_ASKING_SECS` (1 s) to have stopped: the longest
+# pause must stay well below that.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
 
@@ -179,7 +181,7 @@ class ActorClient:
         try:
             while True:
                 self.room_calls += 1
-                status = int(self._call("room"))
+                status = int(self._call("room", tf.constant(self._task, tf.int32)))
                 self._raise_for([status])
                 if status != QUEUE_FULL:
                     return

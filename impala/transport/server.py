@@ -36,6 +36,10 @@ from impala.transport.wire import (
 
 _rpc = tf.distribute.experimental.rpc
 
+# An actor that has not asked for room for this long has stopped waiting (it sent, died or
+# restarted): room no longer waits for it. Longer than an actor's longest pause between asks.
+ROOM_ASKING_SECS = 1.0
+
 
 class QueuedTrajectories(NamedTuple):
     """A batch dequeued by the learner, time-major like `learner.Batch`.
@@ -132,6 +136,10 @@ class LearnerService:
         # Welcomes per actor task: more than one is an actor that came back (restarted, or
         # reconnected after losing this learner).
         self._welcomes = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, 0)
+        # Actor task -> [when its wait for room began, when it last asked], while it waits.
+        self._room_asks = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.float64, [-np.inf, -np.inf]
+        )
         self._identity = run_identity.encode(identity)
         self._variables = list(variables)
         self._learner_index = learner_index
@@ -203,7 +211,7 @@ class LearnerService:
         secret = tf.TensorSpec([], tf.string)
         methods = {
             "hello": (self._hello, [secret, tf.TensorSpec([], tf.string), scalar]),
-            "room": (self._room, [secret]),
+            "room": (self._room, [secret, scalar]),
             "enqueue": (self._enqueue, self.spec.enqueue_signature()),
             "report_episodes": (
                 self._report_episodes,
@@ -271,22 +279,51 @@ class LearnerService:
         )
         return tf.where(self._owns(actor_task), mismatch, wrong_learner)
 
-    def _room(self, secret):
-        """Whether the store would admit a chunk now: ACCEPTED, QUEUE_FULL or FINISHED
+    def _room(self, secret, actor_task):
+        """Whether actor `actor_task` may send a chunk now: ACCEPTED, QUEUE_FULL or FINISHED
         (UNAUTHORIZED, and nothing else, to a caller without the secret).
 
         Actors ask before sending an unroll: sent to a full store, its megabytes would travel
-        and be decoded and checked only to be refused.
+        and be decoded and checked only to be refused. Room goes to the actor that began
+        waiting first among those still asking: answered by who asks first, an actor that asks
+        less often (it pauses longer after a long wait) lost most races, waited longer still,
+        and sent unrolls that sat acting-to-learning for many batches.
         """
 
         def status():
-            full = tf.where(self._store.has_room(), ACCEPTED, QUEUE_FULL)
-            return tf.where(self._finished, FINISHED, full)
+            served = tf.cond(
+                self._owns(actor_task),
+                lambda: self._serve_in_line(actor_task),
+                self._store.has_room,  # an actor of another learner: refused at `enqueue`
+            )
+            return tf.where(self._finished, FINISHED, tf.where(served, ACCEPTED, QUEUE_FULL))
 
         return tf.cond(
             self._authorized(secret),
             status,
             lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
+        )
+
+    def _serve_in_line(self, actor_task):
+        """Records that `actor_task` asks for room; whether the store has room and no actor
+        still asking has waited longer, which ends this actor's wait."""
+        task = tf.cast(actor_task, tf.int64)
+        now = tf.timestamp()
+        asked = tf.reshape(self._room_asks.lookup(task), [2])
+        began, last_asked = asked[0], asked[1]
+        began = tf.where(last_asked < now - ROOM_ASKING_SECS, now, began)
+        with tf.control_dependencies([self._room_asks.insert(task, tf.stack([began, now]))]):
+            _, asks = self._room_asks.export()
+        asks = tf.reshape(asks, [-1, 2])
+        asking = asks[:, 1] >= now - ROOM_ASKING_SECS
+        first = began <= tf.reduce_min(tf.where(asking, asks[:, 0], np.inf))
+
+        def served():
+            with tf.control_dependencies([self._room_asks.remove(tf.reshape(task, [1]))]):
+                return tf.constant(True)
+
+        return tf.cond(
+            tf.logical_and(first, self._store.has_room()), served, lambda: tf.constant(False)
         )
 
     def _enqueue(self, secret, actor_task, weight_version, *fields):

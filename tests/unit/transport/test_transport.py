@@ -35,7 +35,7 @@ from impala.transport import (
     MismatchError,
     UnrollSpec,
 )
-from impala.transport.server import check_listening_address
+from impala.transport.server import ROOM_ASKING_SECS, check_listening_address
 
 _rpc = tf.distribute.experimental.rpc
 
@@ -424,6 +424,76 @@ def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
     assert calls[2] < calls[0], calls
     assert max(heard) < 1.0, f"room heard of {max(heard):.2f} s after it opened"
     assert service.queue_size == 2
+
+
+def _ask_room(client):
+    return int(client._call("room", tf.constant(client._task, tf.int32)))
+
+
+def test_room_goes_to_the_actor_that_has_waited_longest(make_service):
+    # Answered by who asks first, an actor that pauses longer between asks (after long waits)
+    # lost the race for room again and again: 25 unrolls against 94 in one make bench run.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    rng = np.random.default_rng(31)
+    first, second = (_client(address, spec, actor_task=task) for task in (0, 1))
+    first.send(_unroll(spec, 2, rng))  # fills the queue
+    assert _ask_room(first) == QUEUE_FULL  # actor 0 begins to wait
+    time.sleep(0.05)
+    assert _ask_room(second) == QUEUE_FULL  # then actor 1
+    service.dequeue(2)
+    assert _ask_room(second) == QUEUE_FULL, "room went past the actor that waited longer"
+    assert _ask_room(first) == ACCEPTED
+    assert _ask_room(second) == ACCEPTED  # first in line now, and the room is still there
+
+
+def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
+    # An actor that died (or sent) while waiting is passed over once it has not asked for
+    # ROOM_ASKING_SECS, and asking again later starts a new wait at the back of the line.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    rng = np.random.default_rng(32)
+    gone, waiting = (_client(address, spec, actor_task=task) for task in (0, 1))
+    gone.send(_unroll(spec, 2, rng))
+    assert _ask_room(gone) == QUEUE_FULL
+    time.sleep(0.05)
+    assert _ask_room(waiting) == QUEUE_FULL
+    service.dequeue(2)
+    assert _ask_room(waiting) == QUEUE_FULL  # actor 0 is still asking, as far as it can tell
+    time.sleep(ROOM_ASKING_SECS + 0.1)
+    assert _ask_room(waiting) == ACCEPTED
+    waiting.send(_unroll(spec, 2, rng))  # fills the queue again
+    assert _ask_room(gone) == QUEUE_FULL  # back, and waiting anew
+    service.dequeue(2)
+    assert _ask_room(gone) == ACCEPTED
+
+
+def test_actors_sending_in_turn_are_served_evenly(make_service):
+    # Two actors sending unroll after unroll through `send`, a learner taking one batch (one
+    # unroll) at a time: each actor's unrolls reach the learner about as often as the other's.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    clients = [_client(address, spec, actor_task=task) for task in (0, 1)]
+    stop = threading.Event()
+
+    def act(client):
+        # Closing the service at the end ends each actor's send one way or the other.
+        with contextlib.suppress(LearnerFinishedError, LearnerUnreachableError):
+            while not stop.is_set():
+                client.send(_unroll(spec, 2, np.random.default_rng(client._task)))
+
+    actors = [threading.Thread(target=act, args=(c,), daemon=True) for c in clients]
+    for actor in actors:
+        actor.start()
+    served = []
+    try:
+        for _ in range(40):
+            served += np.asarray(service.dequeue(2).actor_task).tolist()[:1]
+            time.sleep(0.1)  # the learner's step
+    finally:
+        stop.set()
+        service.close()
+    assert min(served.count(0), served.count(1)) >= 15, served
 
 
 def test_an_actor_refuses_a_learner_that_lacks_a_method():
@@ -819,14 +889,15 @@ def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
 
     hello = stranger.hello(wrong, tf.constant("{}"), tf.constant(0, tf.int32)).get_value()
     assert hello.numpy() == b"UNAUTHORIZED"
-    assert int(stranger.room(wrong).get_value()) == UNAUTHORIZED  # not even whether it is full
+    task = tf.constant(0, tf.int32)
+    assert int(stranger.room(wrong, task).get_value()) == UNAUTHORIZED  # not even whether full
     assert _refused(service, "wrong secret") == 6
 
     # The same calls with the secret work: the refusals were about the secret alone. (Its
     # trajectories once it has said hello, as every actor does before it sends any.)
     right = tf.constant(SECRET)
     assert int(stranger.weights_version(right).get_value()) == 7
-    assert int(stranger.room(right).get_value()) == ACCEPTED
+    assert int(stranger.room(right, task).get_value()) == ACCEPTED
     assert int(stranger.enqueue(right, *args).get_value()) == UNKNOWN_ACTOR
     identity = tf.constant(run_identity.encode(IDENTITY))
     assert stranger.hello(right, identity, tf.constant(0, tf.int32)).get_value().numpy() == b""
