@@ -13,9 +13,10 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
   learning.json       the configuration and its flags, the machine, the date, the final mean
                       return over the last `--window` games, the best such mean, the frames at
                       which that mean first reached each of `thresholds`, and frames/s (the
-                      learner's steady rate and the overall rate, start-up included), and
-                      the score of `--test_games` games played with the final checkpoint
-                      as `experiment.py --mode=test` plays them.
+                      learner's steady rate and the overall rate, start-up included), the
+                      policy lag its progress lines reported (median, 95th percentile and
+                      largest), and the score of `--test_games` games played with the final
+                      checkpoint as `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
 again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
@@ -174,9 +175,26 @@ def results(
         # None when the run took fewer than two steps.
         "frames_per_second_steady": summary["frames_per_second_steady"],
         "frames_per_second_overall": summary["frames"] / wall_secs,
+        "policy_lag": policy_lag(run_dir),
         "wall_minutes": round(wall_secs / 60, 1),
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
+    }
+
+
+def policy_lag(run_dir: str) -> dict | None:
+    """The policy lag (learner steps between acting and learning, a batch's mean) of the steps
+    the learner's progress lines reported: its median, 95th percentile and largest value over
+    the run. None before any was written."""
+    _, lags = plot.read_scalars(run_dir).get("actors/policy_lag", (None, np.empty(0)))
+    lags = lags[np.isfinite(lags)]
+    if not len(lags):
+        return None
+    return {
+        "median": round(float(np.median(lags)), 2),
+        "p95": round(float(np.percentile(lags, 95)), 2),
+        "max": round(float(np.max(lags)), 2),
+        "steps": len(lags),
     }
 
 
@@ -281,6 +299,12 @@ def main(argv: list[str]) -> int:
         f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
     )
+    if figures["policy_lag"]:
+        lag = figures["policy_lag"]
+        print(
+            f"[learning] policy lag: median {lag['median']}, 95th percentile {lag['p95']}, "
+            f"largest {lag['max']} learner steps (over {lag['steps']} progress lines)"
+        )
     if FLAGS.test_games:
         # The figures above are saved already: a stop or an error here loses only the games.
         signal.signal(signal.SIGTERM, _interrupt)

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from absl.testing import flagsaver
 
 import experiment
@@ -62,6 +63,21 @@ def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     assert figures["best_mean_return"] == figures["final_mean_return"] == 0.17
     assert figures["frames_to_reach"] == {"0": 3000}
     assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
+    assert figures["policy_lag"] is None  # no event files
+
+
+def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step, lag in enumerate([2.0] * 18 + [3.0, 11.0, float("nan")]):
+            tf.summary.scalar("actors/policy_lag", lag, step=step)
+    writer.close()
+    assert learning.policy_lag(str(tmp_path)) == {
+        "median": 2.0,
+        "p95": 3.4,
+        "max": 11.0,
+        "steps": 20,
+    }
 
 
 def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
@@ -311,6 +327,7 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     figures = json.loads((out_dir / "learning.json").read_text())
     assert figures["stopped_early"] and 0 < figures["frames"] < 1e7
     assert figures["test"]["games"] == 2
+    assert figures["policy_lag"]["steps"] >= 1 and figures["policy_lag"]["median"] >= 0
     assert processes_with(str(out_dir)) == []
 
     budget = figures["frames"] + 2000  # 25 more learner steps of 8 x 10 frames
