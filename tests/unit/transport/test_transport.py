@@ -468,6 +468,27 @@ def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
     assert _ask_room(gone) == ACCEPTED
 
 
+def test_an_actor_that_has_waited_long_keeps_its_place_in_line(make_service):
+    # After 3 s of waiting an actor pauses up to 0.2 s between asks: still often enough to
+    # count as asking (ROOM_ASKING_SECS), so an actor that began waiting later and asks every
+    # few ms does not go first.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    rng = np.random.default_rng(34)
+    early, late = (_client(address, spec, actor_task=task) for task in (0, 1))
+    early.send(_unroll(spec, 2, rng))  # fills the queue
+    early_unroll = _unroll(spec, 2, rng, first_env=2)
+    early_sending = _Thread(early.send, early_unroll)
+    time.sleep(3.0)
+    late_sending = _Thread(late.send, _unroll(spec, 2, rng, first_env=4))
+    time.sleep(0.1)
+    service.dequeue(2)
+    _assert_same_trajectories(service.dequeue(2), early_unroll, first_env=2)
+    early_sending.join()
+    late_sending.join()
+    assert early_sending.error is None and late_sending.error is None
+
+
 def test_actors_sending_in_turn_are_served_evenly(make_service):
     # Two actors sending unroll after unroll through `send`, a learner taking one batch (one
     # unroll) at a time: each actor's unrolls reach the learner about as often as the other's.
