@@ -430,14 +430,20 @@ def _ask_room(client):
     return int(client._call("room", tf.constant(client._task, tf.int32)))
 
 
+def _two_actors_at_a_full_queue(make_service, seed):
+    """A learner whose queue (capacity 2) the first of two actors (tasks 0 and 1) has filled."""
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, queue_capacity=2)
+    rng = np.random.default_rng(seed)
+    first, second = (_client(address, spec, actor_task=task) for task in (0, 1))
+    first.send(_unroll(spec, 2, rng))
+    return service, rng, first, second
+
+
 def test_room_goes_to_the_actor_that_has_waited_longest(make_service):
     # Answered by who asks first, an actor that pauses longer between asks (after long waits)
     # lost the race for room again and again: 25 unrolls against 94 in one make bench run.
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec, queue_capacity=2)
-    rng = np.random.default_rng(31)
-    first, second = (_client(address, spec, actor_task=task) for task in (0, 1))
-    first.send(_unroll(spec, 2, rng))  # fills the queue
+    service, _, first, second = _two_actors_at_a_full_queue(make_service, 31)
     assert _ask_room(first) == QUEUE_FULL  # actor 0 begins to wait
     time.sleep(0.05)
     assert _ask_room(second) == QUEUE_FULL  # then actor 1
@@ -450,11 +456,7 @@ def test_room_goes_to_the_actor_that_has_waited_longest(make_service):
 def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
     # An actor that died (or sent) while waiting is passed over once it has not asked for
     # ROOM_ASKING_SECS, and asking again later starts a new wait at the back of the line.
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec, queue_capacity=2)
-    rng = np.random.default_rng(32)
-    gone, waiting = (_client(address, spec, actor_task=task) for task in (0, 1))
-    gone.send(_unroll(spec, 2, rng))
+    service, rng, gone, waiting = _two_actors_at_a_full_queue(make_service, 32)
     assert _ask_room(gone) == QUEUE_FULL
     time.sleep(0.05)
     assert _ask_room(waiting) == QUEUE_FULL
@@ -462,7 +464,7 @@ def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
     assert _ask_room(waiting) == QUEUE_FULL  # actor 0 is still asking, as far as it can tell
     time.sleep(ROOM_ASKING_SECS + 0.1)
     assert _ask_room(waiting) == ACCEPTED
-    waiting.send(_unroll(spec, 2, rng))  # fills the queue again
+    waiting.send(_unroll(service.spec, 2, rng))  # fills the queue again
     assert _ask_room(gone) == QUEUE_FULL  # back, and waiting anew
     service.dequeue(2)
     assert _ask_room(gone) == ACCEPTED
@@ -472,11 +474,8 @@ def test_an_actor_that_has_waited_long_keeps_its_place_in_line(make_service):
     # After 3 s of waiting an actor pauses up to 0.2 s between asks: still often enough to
     # count as asking (ROOM_ASKING_SECS), so an actor that began waiting later and asks every
     # few ms does not go first.
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec, queue_capacity=2)
-    rng = np.random.default_rng(34)
-    early, late = (_client(address, spec, actor_task=task) for task in (0, 1))
-    early.send(_unroll(spec, 2, rng))  # fills the queue
+    service, rng, early, late = _two_actors_at_a_full_queue(make_service, 34)
+    spec = service.spec
     early_unroll = _unroll(spec, 2, rng, first_env=2)
     early_sending = _Thread(early.send, early_unroll)
     time.sleep(3.0)
