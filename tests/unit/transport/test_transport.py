@@ -470,6 +470,19 @@ def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
     assert _ask_room(gone) == ACCEPTED
 
 
+def test_a_task_this_learner_does_not_serve_takes_no_place_in_line(make_service):
+    # `room` carries the caller's task: a negative one (or another learner's) is answered
+    # whether the store has room, as before, and never holds up this learner's actors.
+    service, _, first, second = _two_actors_at_a_full_queue(make_service, 35)
+    bogus = tf.constant(-5, tf.int32)
+    assert int(first._call("room", bogus)) == QUEUE_FULL
+    time.sleep(0.05)
+    assert _ask_room(second) == QUEUE_FULL
+    service.dequeue(2)
+    assert _ask_room(second) == ACCEPTED
+    assert int(first._call("room", bogus)) == ACCEPTED
+
+
 def test_an_actor_that_has_waited_long_keeps_its_place_in_line(make_service):
     # After 3 s of waiting an actor pauses up to 0.2 s between asks: still often enough to
     # count as asking (ROOM_ASKING_SECS), so an actor that began waiting later and asks every
