@@ -19,6 +19,8 @@ two figures that say whether the network can tell the two apart:
 Then, for the games won and the games lost apart:
   * the points lost without the agent's paddle touching the ball (a policy that misses the
     ball) against all points lost (a policy that returns it and loses the rally);
+  * the share won of each game's first point, played from the position every game starts
+    in, and how many of those lost the paddle never touched;
   * the share won of the points served to the agent (the serve goes to the loser of the
     previous point) and of those served to the computer, each by the serve's vertical
     direction: a policy that has found a winning return of one kind of serve wins nearly all
@@ -227,6 +229,12 @@ def report(
             continue
         untouched = sum(p.touches == 0 for p in lost)
         lines.append(f"    points lost without touching the ball: {untouched} of {len(lost)}")
+        firsts = [g[0] for g in chosen if g]
+        missed = sum(not p.won and p.touches == 0 for p in firsts)
+        lines.append(
+            f"    won, each game's first point: {_share(firsts)} "
+            f"({missed} lost without touching the ball)"
+        )
         for to_agent, whom in ((True, "agent"), (False, "computer")):
             for down, where in ((True, "down"), (False, "up")):
                 served = [
