@@ -20,7 +20,10 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
 again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
-and so does a larger --frames for a run that finished.
+and so does a larger --frames for a run that finished. With `--branch_from=<checkpoint>` it
+trains a new run (`--out_dir`) on from another run's checkpoint, with that run's flags and the
+ones `--extra` gives over them (`benchmarks/branch.py`): a setting tried from a point of a run,
+beside a control branched from the same checkpoint.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -43,6 +47,9 @@ from absl import app, flags
 import plot
 from impala import run_folder
 from impala.envs import catch
+
+if TYPE_CHECKING:
+    from benchmarks import branch
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,6 +94,12 @@ flags.DEFINE_float("frames", 0, "Frame budget (default: the configuration's).", 
 flags.DEFINE_string("out_dir", "", "Run folder and results (default: runs/bench-<config>-<time>).")
 flags.DEFINE_integer("window", 100, "Games in the mean return that is reported.", lower_bound=1)
 flags.DEFINE_multi_string("extra", [], "More run_local.py flags, e.g. --extra=--seed=1.")
+flags.DEFINE_string(
+    "branch_from",
+    "",
+    "A checkpoint of another run (or a run folder: its latest) to start a new run from, in "
+    "--out_dir: that run's flags, weights, optimiser state and learning curve to that point.",
+)
 flags.DEFINE_integer(
     "test_games",
     10,
@@ -250,6 +263,45 @@ def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
         )
 
 
+def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> branch.Source:
+    """Makes the new run folder `run_dir` from --branch_from's checkpoint; a one-line error,
+    before anything is written, if the branch could not train to `frames`."""
+    from benchmarks import branch  # imports TensorFlow: only for a branch
+
+    where = f"--branch_from={FLAGS.branch_from}"
+    if not FLAGS.out_dir:
+        raise app.UsageError(f"{where}: give the new run's folder as --out_dir")
+    if os.path.lexists(run_dir):
+        raise app.UsageError(f"--out_dir={run_dir} exists; {where} starts a new run folder")
+    try:
+        start = branch.source(FLAGS.branch_from)
+    except ValueError as error:
+        raise app.UsageError(f"{where}: {error}") from None
+    level = start.flags.get("level_name")
+    for flag in benchmark.flags:
+        name, _, value = flag.removeprefix("--").partition("=")
+        if name == "level_name" and value != level:
+            raise app.UsageError(
+                f"{where}: that run trained {level}; --config={FLAGS.config} trains {value}"
+            )
+    if start.frames >= frames:
+        raise app.UsageError(
+            f"{where}: the checkpoint is at {start.frames} frames; give a larger --frames "
+            f"(now {frames:.0f})"
+        )
+    try:
+        branch.branch(start, run_dir)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+    except OSError as error:
+        raise app.UsageError(f"--out_dir={run_dir}: {error.strerror or error}") from None
+    print(
+        f"[learning] branched {start.checkpoint} ({start.frames} frames) into {run_dir}",
+        flush=True,
+    )
+    return start
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -263,7 +315,11 @@ def main(argv: list[str]) -> int:
     )
     resumed = False
     summary_path = os.path.join(run_dir, "learner_0.json")
-    if os.path.exists(summary_path):
+    start = None
+    if FLAGS.branch_from:
+        start = _branch(benchmark, frames, run_dir)
+        resumed = True
+    elif os.path.exists(summary_path):
         # A stopped run goes on from its latest checkpoint, with the flags it started with; so
         # does a finished one given a larger budget.
         _go_on(summary_path, frames, run_dir)
@@ -284,6 +340,15 @@ def main(argv: list[str]) -> int:
         # This invocation's wall time covers only the frames since the resume.
         figures["resumed"] = True
         figures["frames_per_second_overall"] = None
+    if start is not None:
+        # The last `--window` games may reach back before the branch: these are its own.
+        since = curve.returns[curve.frames > start.frames]
+        figures["branched_from"] = {
+            "checkpoint": start.checkpoint,
+            "frames": start.frames,
+            "games_since": len(since),
+            "mean_return_since": round(float(since.mean()), 2) if len(since) else None,
+        }
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
     json_path = os.path.join(run_dir, "learning.json")
@@ -304,6 +369,12 @@ def main(argv: list[str]) -> int:
         print(
             f"[learning] policy lag: median {lag['median']}, 95th percentile {lag['p95']}, "
             f"largest {lag['max']} learner steps (over {lag['steps']} progress lines)"
+        )
+    if start is not None:
+        since = figures["branched_from"]
+        print(
+            f"[learning] since the branch at {_frames(start.frames)} frames: mean return "
+            f"{since['mean_return_since']} over its {since['games_since']} games"
         )
     if FLAGS.test_games:
         # The figures above are saved already: a stop or an error here loses only the games.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Callable
 from typing import Any
 
@@ -197,6 +198,27 @@ def listed(directory: str) -> tuple[list[str], str | None]:
             f"checkpoint(s) in {directory}"
         )
     return [os.path.join(directory, name) for name in names], None
+
+
+def copy_checkpoint(path: str, directory: str) -> str:
+    """Copies checkpoint `path` (its index and data files) into `directory`, on disk, and makes
+    it that folder's only checkpoint in its state file; returns the copy's path.
+
+    Raises:
+      ValueError: naming `path`, if it has no index file.
+    """
+    folder, prefix = os.path.split(os.path.abspath(path))
+    names = sorted(name for name in os.listdir(folder) if name.startswith(prefix + "."))
+    if prefix + ".index" not in names:
+        raise ValueError(f"{path}: no such checkpoint (no {prefix}.index)")
+    os.makedirs(directory, exist_ok=True)
+    for name in names:
+        shutil.copyfile(os.path.join(folder, name), os.path.join(directory, name))
+        _fsync_file(os.path.join(directory, name))
+    _fsync_file(directory)
+    copy = os.path.join(directory, prefix)
+    _write_state(directory, [copy])
+    return copy
 
 
 def _in_folder(directory: str) -> list[str]:

@@ -17,6 +17,7 @@ import experiment
 import plot
 from benchmarks import learning
 from impala import evaluation
+from impala.learner import checkpoints
 from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, processes_with, read_text, wait_until
 
@@ -117,18 +118,32 @@ def _run(*flags, script="learning"):
         ("--test_games=-1", "flag --test_games=-1: -1 is not"),
         ("--out_dir={file}/run", "--out_dir={file}/run: Not a directory"),
         ("--out_dir={finished}", "--out_dir={finished} already holds a finished run"),
+        ("--branch_from={finished}", "--branch_from={finished}: give the new run's folder as"),
+        (
+            "--branch_from={finished} --out_dir={file}",
+            "--out_dir={file} exists; --branch_from={finished} starts a new run folder",
+        ),
+        (
+            "--branch_from={new}/x --out_dir={new}",
+            "--branch_from={new}/x: {new}/x: no such run folder, checkpoints folder",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_errors_before_any_training(tmp_path, flag, message):
     (tmp_path / "a_file").write_text("")
     (tmp_path / "finished").mkdir()
     (tmp_path / "finished" / "learner_0.json").write_text("{}")
-    paths = {"file": tmp_path / "a_file", "finished": tmp_path / "finished"}
-    completed = _run(flag.format(**paths))
+    paths = {
+        "file": tmp_path / "a_file",
+        "finished": tmp_path / "finished",
+        "new": tmp_path / "new",
+    }
+    completed = _run(*flag.format(**paths).split())
     assert completed.returncode != 0
     assert message.format(**paths) in completed.stderr
     assert "Traceback" not in completed.stderr
     assert not (tmp_path / "finished" / "learning.json").exists()
+    assert not (tmp_path / "new").exists()
 
 
 def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(tmp_path):
@@ -348,3 +363,33 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     extended = json.loads((out_dir / "learning.json").read_text())
     assert extended["frames"] == budget + 2000 and extended["games"] > resumed["games"]
     assert processes_with(str(out_dir)) == []
+
+    # A branch from the checkpoint the stop saved trains a new run on from there, with a flag
+    # changed, and leaves the run as it was.
+    (stop_checkpoint, *_), _ = checkpoints.listed(str(out_dir / "checkpoints"))
+    assert checkpoints.read_counter(stop_checkpoint, "frames") == figures["frames"]
+    run_files = sorted(p.name for p in out_dir.rglob("*"))
+    fork = tmp_path / "fork"
+    branch_argv = [
+        *bench_argv(budget)[:4],
+        "--config=catch",
+        f"--frames={budget}",
+        f"--out_dir={fork}",
+        f"--branch_from={stop_checkpoint}",
+        "--extra=--entropy_cost=0.02",
+        "--test_games=0",
+    ]
+    forked = processes.start("learning_branch", branch_argv)
+    assert processes.wait(forked, 180) == 0, processes.log(forked)
+    assert f"branched {stop_checkpoint} ({figures['frames']} frames)" in processes.log(forked)
+    assert "with changed flags: --entropy_cost: 0.01 -> 0.02" in read_text(fork / "learners.log")
+    branched = json.loads((fork / "learning.json").read_text())
+    since = branched["branched_from"]
+    assert (since["checkpoint"], since["frames"]) == (stop_checkpoint, figures["frames"])
+    assert branched["frames"] == budget and branched["resumed"]
+    # Its curve is the run's to the stop, then its own games, which it reports apart.
+    assert since["games_since"] > 0 and np.isfinite(since["mean_return_since"])
+    assert branched["games"] == figures["games"] + since["games_since"]
+    assert "since the branch at" in processes.log(forked)
+    assert sorted(p.name for p in out_dir.rglob("*")) == run_files
+    assert processes_with(str(fork)) == []

@@ -1,0 +1,106 @@
+"""A branch of a run: a new run folder that starts from one checkpoint of another run.
+
+  make bench-learning ARGS="--branch_from=runs/pong/checkpoints/ckpt-7178 \\
+      --out_dir=runs/pong-e003 --extra=--entropy_cost=0.003"
+
+trains a branch (`benchmarks/learning.py --branch_from`): a setting tried from a point of a run,
+beside a control branched from the same checkpoint with the run's own settings. The branch holds
+what a resume reads, as the run had it at that checkpoint:
+  flags.json               the run's flags (a resume takes them, the flags given over them);
+  checkpoints/             that checkpoint alone (weights, optimiser state, frames, training
+                           time), as the latest;
+  events.out.tfevents.*    the run's event files cut at the checkpoint's frames, so that the
+                           branch's learning curve goes on from the run's at that point;
+and not the run's secret: the launcher makes the branch one of its own. The run is only read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import tensorflow as tf
+
+import plot
+from impala import run_folder
+from impala.evaluation import restore
+from impala.learner import checkpoints
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """The checkpoint a branch starts from."""
+
+    checkpoint: str  # its path, e.g. runs/pong/checkpoints/ckpt-7178
+    run_dir: str  # the run folder holding it
+    frames: int  # the frames the run had trained when it was written
+    flags: dict[str, Any]  # the run's flags.json
+
+
+def source(checkpoint: str) -> Source:
+    """The checkpoint that `checkpoint` names (a run folder: its latest) and its run.
+
+    Raises:
+      ValueError: one line, if it names no checkpoint, or one outside a run folder.
+    """
+    try:
+        path = restore.resolve_checkpoint(checkpoint)
+    except ValueError as error:
+        raise ValueError(str(error).removeprefix("--checkpoint=")) from None
+    run_dir = restore.run_folder_of(path)
+    flags = run_folder.read_flags(run_dir)
+    if flags is None:
+        raise ValueError(f"{path}: its folder {run_dir} has no {run_folder.FLAGS_FILE}")
+    try:
+        frames = checkpoints.read_counter(path, "frames")
+    except (tf.errors.OpError, ValueError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{path}: not a checkpoint of this project ({message})") from None
+    return Source(path, run_dir, frames, flags)
+
+
+def branch(start: Source, run_dir: str) -> None:
+    """Makes the new run folder `run_dir` from `start`, all at once: until it is complete it is
+    built in a hidden folder beside it, removed if anything fails.
+
+    Raises:
+      ValueError: one line, if `run_dir` exists already.
+    """
+    run_dir = os.path.abspath(run_dir)
+    if os.path.lexists(run_dir):
+        raise ValueError(f"{run_dir} exists; a branch starts a new run folder")
+    parent = os.path.dirname(run_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
+    try:
+        shutil.copyfile(
+            os.path.join(start.run_dir, run_folder.FLAGS_FILE),
+            os.path.join(staging, run_folder.FLAGS_FILE),
+        )
+        checkpoints.copy_checkpoint(start.checkpoint, os.path.join(staging, run_folder.CHECKPOINTS))
+        for events in plot.event_files(start.run_dir):
+            copy_events(events, os.path.join(staging, os.path.basename(events)), start.frames)
+        os.rename(staging, run_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def copy_events(path: str, out: str, last_step: int) -> int:
+    """Copies the records of event file `path` up to step `last_step` (the summaries' step is
+    the frames trained) into `out`, unchanged; returns how many. A damaged last record (a learner
+    killed mid-write) ends the copy, as `plot.py` ends its reading there."""
+    kept = 0
+    with tf.io.TFRecordWriter(out) as writer:
+        try:
+            for record in tf.data.TFRecordDataset(path):
+                raw = record.numpy()
+                if tf.compat.v1.Event.FromString(raw).step <= last_step:
+                    writer.write(raw)
+                    kept += 1
+        except tf.errors.DataLossError:
+            pass
+    return kept
