@@ -34,6 +34,7 @@ with it, and its games' parity then alternates from step to step, whatever the s
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 
@@ -190,6 +191,13 @@ def _share(points: list[Point]) -> str:
     return f"{sum(p.won for p in points) / len(points):.0%} of {len(points)}"
 
 
+def _serve(point: Point) -> str:
+    if point.served_to_agent is None:
+        return "never"
+    whom = "agent" if point.served_to_agent else "computer"
+    return f"to the {whom} going {'down' if point.served_down else 'up'}"
+
+
 def _score(points: list[Point]) -> int:
     return sum(1 if p.won else -1 for p in points)
 
@@ -231,9 +239,12 @@ def report(
         lines.append(f"    points lost without touching the ball: {untouched} of {len(lost)}")
         firsts = [g[0] for g in chosen if g]
         missed = sum(not p.won and p.touches == 0 for p in firsts)
+        serves = collections.Counter(_serve(p) for p in firsts)
         lines.append(
             f"    won, each game's first point: {_share(firsts)} "
-            f"({missed} lost without touching the ball)"
+            f"({missed} lost without touching the ball; served "
+            + ", ".join(f"{where} in {count}" for where, count in sorted(serves.items()))
+            + ")"
         )
         for to_agent, whom in ((True, "agent"), (False, "computer")):
             for down, where in ((True, "down"), (False, "up")):

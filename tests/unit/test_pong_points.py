@@ -58,14 +58,16 @@ def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serv
         "  games from an even frame: 1 (mean -20.0, 0 won)",
         "  games won (1):",
         "    points lost without touching the ball: 0 of 20",
-        "    won, each game's first point: 100% of 1 (0 lost without touching the ball)",
+        "    won, each game's first point: 100% of 1 (0 lost without touching the ball; "
+        "served to the agent going down in 1)",
         "    won, served to the agent going down: 100% of 21",
         "    won, served to the agent going up: -",
         "    won, served to the computer going down: -",
         "    won, served to the computer going up: 0% of 20",
         "  games lost (1):",
         "    points lost without touching the ball: 15 of 21",
-        "    won, each game's first point: 0% of 1 (1 lost without touching the ball)",
+        "    won, each game's first point: 0% of 1 (1 lost without touching the ball; "
+        "served to the agent going down in 1)",
         "    won, served to the agent going down: 6% of 16",
         "    won, served to the agent going up: -",
         "    won, served to the computer going down: -",
