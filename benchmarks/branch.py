@@ -11,6 +11,7 @@ what a resume reads, as the run had it at that checkpoint:
                            time), as the latest;
   events.out.tfevents.*    the run's event files cut at the checkpoint's frames, so that the
                            branch's learning curve goes on from the run's at that point;
+  branch.json              the checkpoint, its frames and the path it was given as;
 and not the run's secret: the launcher makes the branch one of its own. The run is only read.
 """
 
@@ -34,6 +35,7 @@ from impala.learner import checkpoints
 class Source:
     """The checkpoint a branch starts from."""
 
+    given: str  # the path it was named by: a checkpoint or a run folder (its latest then)
     checkpoint: str  # its path, e.g. runs/pong/checkpoints/ckpt-7178
     run_dir: str  # the run folder holding it
     frames: int  # the frames the run had trained when it was written
@@ -59,7 +61,7 @@ def source(checkpoint: str) -> Source:
     except (tf.errors.OpError, ValueError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{path}: not a checkpoint of this project ({message})") from None
-    return Source(path, run_dir, frames, flags)
+    return Source(os.path.abspath(checkpoint), os.path.abspath(path), run_dir, frames, flags)
 
 
 def branch(start: Source, run_dir: str) -> None:
@@ -83,6 +85,8 @@ def branch(start: Source, run_dir: str) -> None:
         checkpoints.copy_checkpoint(start.checkpoint, os.path.join(staging, run_folder.CHECKPOINTS))
         for events in plot.event_files(start.run_dir):
             copy_events(events, os.path.join(staging, os.path.basename(events)), start.frames)
+        record = {"checkpoint": start.checkpoint, "frames": start.frames, "given": start.given}
+        run_folder.write_json(os.path.join(staging, run_folder.BRANCH_FILE), record)
         os.rename(staging, run_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

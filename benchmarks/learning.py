@@ -37,7 +37,6 @@ import signal
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -47,9 +46,6 @@ from absl import app, flags
 import plot
 from impala import run_folder
 from impala.envs import catch
-
-if TYPE_CHECKING:
-    from benchmarks import branch
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -263,7 +259,21 @@ def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
         )
 
 
-def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> branch.Source:
+def _branch_record(run_dir: str) -> dict | None:
+    """The checkpoint the run in `run_dir` was branched from (`run_folder.read_branch`)."""
+    try:
+        return run_folder.read_branch(run_dir)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
+
+
+def _names(given: str, branched: dict | None) -> bool:
+    """Whether --branch_from=`given` names the checkpoint `branched` records: the same command
+    again resumes the branch it made."""
+    return bool(branched) and os.path.abspath(given) in (branched["given"], branched["checkpoint"])
+
+
+def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> None:
     """Makes the new run folder `run_dir` from --branch_from's checkpoint; a one-line error,
     before anything is written, if the branch could not train to `frames`."""
     from benchmarks import branch  # imports TensorFlow: only for a branch
@@ -271,8 +281,6 @@ def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> branch.Source:
     where = f"--branch_from={FLAGS.branch_from}"
     if not FLAGS.out_dir:
         raise app.UsageError(f"{where}: give the new run's folder as --out_dir")
-    if os.path.lexists(run_dir):
-        raise app.UsageError(f"--out_dir={run_dir} exists; {where} starts a new run folder")
     try:
         start = branch.source(FLAGS.branch_from)
     except ValueError as error:
@@ -299,7 +307,6 @@ def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> branch.Source:
         f"[learning] branched {start.checkpoint} ({start.frames} frames) into {run_dir}",
         flush=True,
     )
-    return start
 
 
 def main(argv: list[str]) -> int:
@@ -315,15 +322,24 @@ def main(argv: list[str]) -> int:
     )
     resumed = False
     summary_path = os.path.join(run_dir, "learner_0.json")
-    start = None
-    if FLAGS.branch_from:
-        start = _branch(benchmark, frames, run_dir)
+    if FLAGS.branch_from and not os.path.lexists(run_dir):
+        _branch(benchmark, frames, run_dir)
         resumed = True
-    elif os.path.exists(summary_path):
-        # A stopped run goes on from its latest checkpoint, with the flags it started with; so
-        # does a finished one given a larger budget.
-        _go_on(summary_path, frames, run_dir)
-        resumed = True
+    else:
+        branched = _branch_record(run_dir)
+        if FLAGS.branch_from and not _names(FLAGS.branch_from, branched):
+            raise app.UsageError(
+                f"--out_dir={run_dir} exists"
+                + (f" (branched from {branched['checkpoint']})" if branched else "")
+                + f"; --branch_from={FLAGS.branch_from} starts a new run folder"
+            )
+        if os.path.exists(summary_path):
+            # A stopped run goes on from its latest checkpoint, with the flags it started
+            # with; so does a finished one given a larger budget.
+            _go_on(summary_path, frames, run_dir)
+            resumed = True
+        elif branched:
+            resumed = True  # made, but stopped before its learner wrote a summary
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as error:
@@ -340,12 +356,13 @@ def main(argv: list[str]) -> int:
         # This invocation's wall time covers only the frames since the resume.
         figures["resumed"] = True
         figures["frames_per_second_overall"] = None
-    if start is not None:
+    branched = _branch_record(run_dir)
+    if branched:
         # The last `--window` games may reach back before the branch: these are its own.
-        since = curve.returns[curve.frames > start.frames]
+        since = curve.returns[curve.frames > branched["frames"]]
         figures["branched_from"] = {
-            "checkpoint": start.checkpoint,
-            "frames": start.frames,
+            "checkpoint": branched["checkpoint"],
+            "frames": branched["frames"],
             "games_since": len(since),
             "mean_return_since": round(float(since.mean()), 2) if len(since) else None,
         }
@@ -370,10 +387,10 @@ def main(argv: list[str]) -> int:
             f"[learning] policy lag: median {lag['median']}, 95th percentile {lag['p95']}, "
             f"largest {lag['max']} learner steps (over {lag['steps']} progress lines)"
         )
-    if start is not None:
+    if branched:
         since = figures["branched_from"]
         print(
-            f"[learning] since the branch at {_frames(start.frames)} frames: mean return "
+            f"[learning] since the branch at {_frames(since['frames'])} frames: mean return "
             f"{since['mean_return_since']} over its {since['games_since']} games"
         )
     if FLAGS.test_games:

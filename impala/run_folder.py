@@ -8,6 +8,8 @@
     learner_<rank>.json        each learner's closing summary
     learners.log, actor_*.log  each process's output (written by the launchers)
     videos/<checkpoint>/       `experiment.py --mode=test --record_video`
+    branch.json                a branch of another run: the checkpoint it started from
+                               (`benchmarks/branch.py`)
 
 `--experiment` names the folder; without it a run gets `<level_name>-<start time>`. Starting again
 with an existing run folder resumes from its latest checkpoint.
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 FLAGS_FILE = "flags.json"
+BRANCH_FILE = "branch.json"
 CHECKPOINTS = "checkpoints"  # the folder of rank 0's checkpoints
 
 # Flags that say where and as what a process runs, not how it trains: they may differ between
@@ -86,6 +89,31 @@ def read_flags(run_dir: str) -> dict[str, Any] | None:
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: expected a JSON object of flag values")
     return saved
+
+
+def read_branch(run_dir: str) -> dict[str, Any] | None:
+    """What `branch.json` says of the checkpoint the run in `run_dir` was branched from
+    (`checkpoint`, its `frames`, the `given` path), or None for a run that is not a branch.
+
+    Raises:
+      ValueError: the file exists but does not say so (naming the file).
+    """
+    path = os.path.join(run_dir, BRANCH_FILE)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: cannot be read ({error})") from None
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("checkpoint"), str)
+        and isinstance(record.get("given"), str)
+        and type(record.get("frames")) is int
+    ):
+        raise ValueError(f"{path}: expected checkpoint, given and frames")
+    return record
 
 
 def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:

@@ -391,5 +391,13 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     assert since["games_since"] > 0 and np.isfinite(since["mean_return_since"])
     assert branched["games"] == figures["games"] + since["games_since"]
     assert "since the branch at" in processes.log(forked)
+    # The same command again would resume it (here: it finished); another checkpoint is refused.
+    again = _run(*branch_argv[4:])
+    assert f"already holds a finished run of {budget} frames" in again.stderr, again.stderr
+    other = _run(*branch_argv[4:7], f"--branch_from={out_dir}")
+    assert other.returncode != 0 and "Traceback" not in other.stderr
+    assert f"--out_dir={fork} exists (branched from {stop_checkpoint}); --branch_from" in (
+        other.stderr
+    )
     assert sorted(p.name for p in out_dir.rglob("*")) == run_files
     assert processes_with(str(fork)) == []

@@ -74,6 +74,9 @@ def test_a_branch_holds_the_checkpoint_the_flags_and_the_curve_to_it(run, tmp_pa
     for got, saved in zip(restored, weights[0], strict=True):
         np.testing.assert_array_equal(got, saved)
     assert checkpoints.listed(str(new / "checkpoints")) == ([path], None)
+    given = str(run_dir / "checkpoints" / "ckpt-3")
+    assert run_folder.read_branch(str(new)) == {"checkpoint": given, "frames": 300, "given": given}
+    assert run_folder.read_branch(str(run_dir)) is None
     # The curve as plot.py reads the run's, to the checkpoint's frames: the resumed start's
     # events from 350 replace the first start's from 400 on.
     assert _returns(new) == ([100, 200, 300], [1.0, 2.0, 3.0])
@@ -89,6 +92,7 @@ def test_a_branch_from_a_run_folder_takes_its_latest_checkpoint(run, tmp_path):
     assert (start.checkpoint, start.frames) == (str(run_dir / "checkpoints" / "ckpt-7"), 700)
     branch.branch(start, str(tmp_path / "b"))
     assert _returns(tmp_path / "b")[0] == [100, 200, 300, 350, 450, 550, 650, 700]
+    assert run_folder.read_branch(str(tmp_path / "b"))["given"] == str(run_dir)
 
 
 def test_an_existing_folder_is_refused_and_left_alone(run, tmp_path):

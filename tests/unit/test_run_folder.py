@@ -45,3 +45,18 @@ def test_changed_flags_name_training_flags_only():
     saved = {"batch_size": 32, "learning_rate": 6e-4, "task": 0, "logdir": "runs", "old": 1}
     current = {"batch_size": 64, "learning_rate": 6e-4, "task": 3, "logdir": "/data", "new": 2}
     assert run_folder.changed_flags(saved, current) == ["--batch_size: 32 -> 64"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "branch.json: cannot be read"),
+        ('{"checkpoint": "a", "given": "a", "frames": "300"}', "expected checkpoint, given and"),
+        ('["a", 300]', "expected checkpoint, given and frames"),
+    ],
+)
+def test_a_broken_branch_record_is_named(tmp_path, text, message):
+    assert run_folder.read_branch(str(tmp_path)) is None
+    (tmp_path / "branch.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        run_folder.read_branch(str(tmp_path))
