@@ -81,7 +81,11 @@ def check_run_flags() -> None:
         FLAGS.num_action_repeats, FLAGS.seed, FLAGS.repeat_action_probability, FLAGS.frame_skip
     )
     configs.check_learner_job_flags(
-        FLAGS.queue_capacity, learner.batch_size, FLAGS.keep_checkpoints, FLAGS.save_every_secs
+        FLAGS.queue_capacity,
+        learner.batch_size,
+        FLAGS.keep_checkpoints,
+        FLAGS.save_every_secs,
+        FLAGS.keep_checkpoint_every_frames,
     )
     configs.check_actor_job_flags(
         FLAGS.num_envs_per_actor, FLAGS.connect_timeout_secs, FLAGS.actor_threads
@@ -123,6 +127,7 @@ def learner_job_config_from_flags():
         flag_values=flag_values(),
         save_every_secs=FLAGS.save_every_secs,
         keep_checkpoints=FLAGS.keep_checkpoints,
+        keep_checkpoint_every_frames=FLAGS.keep_checkpoint_every_frames,
         summary_histograms=FLAGS.summary_histograms,
     )
 

@@ -65,15 +65,19 @@ class Benchmark:
     thresholds: tuple[float, ...]
 
 
+# A checkpoint a million frames (about 20 MB each with the Nature network) to follow the policy
+# along the run or branch the run from (`--branch_from`).
+_MILESTONES = "--keep_checkpoint_every_frames=1e6"
+
 BENCHMARKS = {
     # The first 10M frames of `make train`: its learning-rate schedule, over its 200M frames.
     "pong": Benchmark(
-        ("--level_name=PongNoFrameskip-v4", "--learning_rate_anneal_frames=200e6"),
+        ("--level_name=PongNoFrameskip-v4", "--learning_rate_anneal_frames=200e6", _MILESTONES),
         10e6,
         (-15.0, 0.0, 10.0, 18.0),
     ),
     "breakout": Benchmark(
-        ("--level_name=BreakoutNoFrameskip-v4", "--learning_rate_anneal_frames=200e6"),
+        ("--level_name=BreakoutNoFrameskip-v4", "--learning_rate_anneal_frames=200e6", _MILESTONES),
         10e6,
         (10.0, 50.0, 100.0),
     ),

@@ -202,7 +202,11 @@ def check_playing_flags(
 
 
 def check_learner_job_flags(
-    queue_capacity: int, batch_size: int, keep_checkpoints: int, save_every_secs: float
+    queue_capacity: int,
+    batch_size: int,
+    keep_checkpoints: int,
+    save_every_secs: float,
+    keep_checkpoint_every_frames: float = 0,
 ) -> None:
     """Raises the one-line error of a learner flag out of range."""
     _require(queue_capacity >= 0, "queue_capacity", queue_capacity, "must be >= 0")
@@ -213,6 +217,12 @@ def check_learner_job_flags(
         f"must be 0 or at least --batch_size={batch_size}, or no batch ever fills",
     )
     _require(keep_checkpoints >= 1, "keep_checkpoints", keep_checkpoints, "must be at least 1")
+    _require(
+        keep_checkpoint_every_frames == 0 or 1 <= keep_checkpoint_every_frames < math.inf,
+        "keep_checkpoint_every_frames",
+        keep_checkpoint_every_frames,
+        "must be 0 (none) or a finite number of frames >= 1",
+    )
     _require(
         0 < save_every_secs < math.inf,
         "save_every_secs",

@@ -83,6 +83,13 @@ flags.DEFINE_bool(
 flags.DEFINE_float("save_every_secs", 600.0, "Rank 0 writes a checkpoint this often.")
 flags.DEFINE_integer("keep_checkpoints", 3, "How many recent checkpoints to keep.")
 flags.DEFINE_float(
+    "keep_checkpoint_every_frames",
+    0,
+    "Also keep, for good, the first checkpoint written at or after each multiple of this many "
+    "frames (0: none): points to follow a run's policy along (benchmarks/pong_points.py) or to "
+    "branch it from (make bench-learning ARGS=--branch_from=...).",
+)
+flags.DEFINE_float(
     "connect_timeout_secs", 600.0, "How long an actor waits for its learner to come up."
 )
 flags.DEFINE_string(

@@ -81,13 +81,24 @@ _READ_ERRORS = (
 class Checkpointer:
     """Saves and restores one learner's training state in `directory`."""
 
-    def __init__(self, directory: str, agent, optimizer, identity: dict[str, Any], keep: int):
+    def __init__(
+        self,
+        directory: str,
+        agent,
+        optimizer,
+        identity: dict[str, Any],
+        keep: int,
+        keep_every_frames: float = 0,
+    ):
         """Tracks `agent` and `optimizer` (its slots must exist) plus the counters.
 
         Args:
           directory: where checkpoints go (created on the first save).
           identity: what a checkpoint must match to be restored (environment, network, ...).
           keep: how many recent checkpoints to keep.
+          keep_every_frames: also keep, for good, the first checkpoint written at or after each
+            multiple of this many frames (0: none), so that a run can be followed or branched
+            (`benchmarks/branch.py`) from points along it.
         """
         self.frames = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.version = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -104,6 +115,7 @@ class Checkpointer:
         )
         self._directory = directory
         self._keep = keep
+        self._keep_every_frames = keep_every_frames
 
     @property
     def counters(self) -> list[tf.Variable]:
@@ -163,11 +175,32 @@ class Checkpointer:
                 _fsync_file(os.path.join(self._directory, name))
         _fsync_file(self._directory)
         before, _ = listed(self._directory)
-        kept = [p for p in before if p != written][-(self._keep - 1) :] if self._keep > 1 else []
+        older = [p for p in before if p != written]
+        recent = older[-(self._keep - 1) :] if self._keep > 1 else []
+        milestones = self._milestones([*older, written])
+        kept = [p for p in older if p in milestones or p in recent]
         _write_state(self._directory, [*kept, written])
         for old in set(before) - set(kept) - {written}:
             _delete_checkpoint(old)
         return written
+
+    def _milestones(self, paths: list[str]) -> set[str]:
+        """Of `paths` (oldest first), the first at or after each multiple of keep_every_frames.
+
+        Every checkpoint a save deleted had an older one of its multiple kept, so the first
+        of each multiple among those left is the first of all that were written. One whose
+        frames cannot be read is no milestone: it goes once it is not among the recent ones.
+        """
+        if not self._keep_every_frames:
+            return set()
+        firsts: dict[int, str] = {}
+        for path in paths:
+            try:
+                frames = read_counter(path, "frames")
+            except _READ_ERRORS:
+                continue
+            firsts.setdefault(int(frames // self._keep_every_frames), path)
+        return set(firsts.values())
 
     def _restore(self, path: str) -> None:
         current = run_identity.decode(self._identity)

@@ -52,6 +52,8 @@ class LearnerJobConfig:
       summary_histograms: also write histograms of the weights to TensorBoard.
       save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
       keep_checkpoints: how many recent checkpoints to keep.
+      keep_checkpoint_every_frames: also keep the first checkpoint at or after each multiple of
+        this many frames (0: none).
       stall_warning_secs: warn when no full batch arrived for this long.
       linger_secs: after the last step, keep answering actors for this long so that they hear
         that training is over.
@@ -76,6 +78,7 @@ class LearnerJobConfig:
     linger_secs: float = 3.0
     save_every_secs: float = 600.0
     keep_checkpoints: int = 3
+    keep_checkpoint_every_frames: float = 0
 
     def __post_init__(self):
         check_learner_hosts(self.learner_hosts)
@@ -92,6 +95,7 @@ class LearnerJobConfig:
             self.learner.batch_size,
             self.keep_checkpoints,
             self.save_every_secs,
+            self.keep_checkpoint_every_frames,
         )
 
 

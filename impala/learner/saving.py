@@ -86,6 +86,7 @@ def make_checkpointer(run_dir, config, agent, trainer, identity) -> checkpoints.
         trainer.optimizer,
         {key: identity[key] for key in run_identity.CHECKPOINT_KEYS},
         keep=config.keep_checkpoints,
+        keep_every_frames=config.keep_checkpoint_every_frames,
     )
 
 

@@ -142,6 +142,10 @@ def _check_as_launcher(*argv):
         ),
         (["--queue_capacity=-1"], "--queue_capacity=-1: must be >= 0"),
         (["--keep_checkpoints=0"], "--keep_checkpoints=0: must be at least 1"),
+        (
+            ["--keep_checkpoint_every_frames=0.5"],
+            "--keep_checkpoint_every_frames=0.5: must be 0 (none) or a finite number of frames",
+        ),
         (["--save_every_secs=0"], "--save_every_secs=0.0: must be a finite number > 0"),
         (["--save_every_secs=inf"], "--save_every_secs=inf: must be a finite number > 0"),
         (["--num_envs_per_actor=0"], "--num_envs_per_actor=0: must be at least 1"),

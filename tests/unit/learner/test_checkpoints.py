@@ -77,6 +77,39 @@ def test_keeps_only_the_last_checkpoints(tmp_path):
     assert indexes == ["ckpt-3.index", "ckpt-4.index"]
 
 
+def _kept(directory):
+    found, problem = checkpoints.listed(str(directory))
+    assert problem is None
+    on_disk = sorted(name for name in os.listdir(directory) if name.endswith(".index"))
+    assert on_disk == sorted(os.path.basename(path) + ".index" for path in found)
+    return [int(path.rsplit("-", 1)[1]) for path in found]
+
+
+def test_keeps_the_first_checkpoint_of_each_multiple_of_frames_too(tmp_path):
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(
+        str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2, keep_every_frames=1000
+    )
+    for version in range(1, 11):  # frames 300, 600, ..., 3000
+        saver.save(frames=version * 300, version=version)
+    # The first at or after 0, 1000, 2000 and 3000 frames, and the last two.
+    assert _kept(tmp_path) == [1, 4, 7, 9, 10]
+    # A resumed run (a new Checkpointer) keeps them and goes on: 3300 and 3600 frames are no
+    # milestones, 3000's is.
+    resumed = checkpoints.Checkpointer(
+        str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2, keep_every_frames=1000
+    )
+    assert resumed.restore_latest() == str(tmp_path / "ckpt-10")
+    resumed.save(frames=3300, version=11)
+    resumed.save(frames=3600, version=12)
+    assert _kept(tmp_path) == [1, 4, 7, 10, 11, 12]
+    # Without the flag the same run keeps only its last ones.
+    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2).save(
+        frames=3900, version=13
+    )
+    assert _kept(tmp_path) == [12, 13]
+
+
 def test_a_write_interrupted_before_it_completes_never_becomes_latest(tmp_path, monkeypatch):
     agent, trainer = _trainer(seed=0)
     saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)

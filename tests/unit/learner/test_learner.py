@@ -442,6 +442,11 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
             "--queue_capacity=3: must be 0 or at least --batch_size=16, or no batch ever fills",
         ),
         ("keep_checkpoints", 0, "--keep_checkpoints=0: must be at least 1"),
+        (
+            "keep_checkpoint_every_frames",
+            float("inf"),
+            "--keep_checkpoint_every_frames=inf: must be 0 (none) or a finite number of frames",
+        ),
         ("save_every_secs", float("nan"), "--save_every_secs=nan: must be a finite number > 0"),
         ("num_action_repeats", 0, "--num_action_repeats=0: must be at least 1"),
         ("seed", -1, "--seed=-1: must be >= 0"),
