@@ -3,6 +3,7 @@ with its curves going on; a start that fails leaves the run's saved flags alone;
 another preset is refused."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import plot
 from impala import run_folder
 from impala.launch.single_host import free_ports
+from impala.learner import checkpoints
 from tests.helpers import ROOT, read_text, wait_until
 
 # Frames: one learner step is 4 trajectories x 5 agent steps x 1 frame = 20 frames.
@@ -34,7 +36,15 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         f"--total_environment_frames={BUDGET}",
     ]
     run_dir = tmp_path / "run"
-    learner_flags = ["--job_name=learner", f"--logdir={tmp_path}", "--experiment=run", *common]
+    # One recent checkpoint, and one past every 1000 frames: the stop's is kept after the end's.
+    learner_flags = [
+        "--job_name=learner",
+        f"--logdir={tmp_path}",
+        "--experiment=run",
+        "--keep_checkpoints=1",
+        "--keep_checkpoint_every_frames=1000",
+        *common,
+    ]
 
     first = processes.experiment("learner_1", *learner_flags)
     actor = processes.experiment("actor", "--job_name=actor", "--task=0", *common)
@@ -71,6 +81,11 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert finished["steps"] == (BUDGET - stopped["frames"] + 19) // 20
     assert finished["weights_version"] == stopped["weights_version"] + finished["steps"]
     assert finished["training_secs"] > stopped["training_secs"] > 0
+    kept, _ = checkpoints.listed(str(run_dir / "checkpoints"))
+    assert [os.path.basename(path) for path in kept] == [
+        f"ckpt-{stopped['weights_version']}",
+        f"ckpt-{finished['weights_version']}",
+    ]
     assert processes.wait(actor, 60) == 0  # it reconnected to the restarted learner
     # ... and said hello to it, so that the restarted learner checked it and counts it (the RPC
     # layer alone would have reconnected it unchecked, had the restart been quick).
