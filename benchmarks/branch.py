@@ -12,7 +12,9 @@ what a resume reads, as the run had it at that checkpoint:
   events.out.tfevents.*    the run's event files cut at the checkpoint's frames, so that the
                            branch's learning curve goes on from the run's at that point;
   branch.json              the checkpoint, its frames and the path it was given as;
-and not the run's secret: the launcher makes the branch one of its own. The run is only read.
+and not the run's secret: the launcher makes the branch one of its own. The run is only read,
+and only its regular files (a symlink in it is refused, not followed). Its flags.json holds the
+flags of its latest start, which may be later than the checkpoint.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import stat
 import tempfile
 from typing import Any
 
 import tensorflow as tf
+from google.protobuf import message
 
 import plot
 from impala import run_folder
@@ -58,7 +62,7 @@ def source(checkpoint: str) -> Source:
         raise ValueError(f"{path}: its folder {run_dir} has no {run_folder.FLAGS_FILE}")
     try:
         frames = checkpoints.read_counter(path, "frames")
-    except (tf.errors.OpError, ValueError) as error:
+    except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: a short file
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{path}: not a checkpoint of this project ({message})") from None
     return Source(os.path.abspath(checkpoint), os.path.abspath(path), run_dir, frames, flags)
@@ -74,11 +78,16 @@ def branch(start: Source, run_dir: str) -> None:
     run_dir = os.path.abspath(run_dir)
     if os.path.lexists(run_dir):
         raise ValueError(f"{run_dir} exists; a branch starts a new run folder")
+    if os.path.commonpath([run_dir, start.run_dir]) == start.run_dir:
+        raise ValueError(f"{run_dir} is inside the run it branches, {start.run_dir}")
     parent = os.path.dirname(run_dir)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
     try:
-        shutil.copyfile(
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # as a run folder a launcher makes
+        checkpoints.copy_regular_file(
             os.path.join(start.run_dir, run_folder.FLAGS_FILE),
             os.path.join(staging, run_folder.FLAGS_FILE),
         )
@@ -87,16 +96,33 @@ def branch(start: Source, run_dir: str) -> None:
             copy_events(events, os.path.join(staging, os.path.basename(events)), start.frames)
         record = {"checkpoint": start.checkpoint, "frames": start.frames, "given": start.given}
         run_folder.write_json(os.path.join(staging, run_folder.BRANCH_FILE), record)
+        _fsync(os.path.join(staging, run_folder.BRANCH_FILE))
+        _fsync(staging)
         os.rename(staging, run_dir)
+        _fsync(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def copy_events(path: str, out: str, last_step: int) -> int:
     """Copies the records of event file `path` up to step `last_step` (the summaries' step is
-    the frames trained) into `out`, unchanged; returns how many. A damaged last record (a learner
-    killed mid-write) ends the copy, as `plot.py` ends its reading there."""
+    the frames trained) into `out`, unchanged and on disk; returns how many. A damaged last
+    record (a learner killed mid-write) ends the copy, as `plot.py` ends its reading there.
+
+    Raises:
+      ValueError: one line naming `path`, if it is not a regular file or cannot be read.
+    """
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise ValueError(f"{path}: not a regular file; refusing to copy it")
     kept = 0
     with tf.io.TFRecordWriter(out) as writer:
         try:
@@ -107,4 +133,8 @@ def copy_events(path: str, out: str, last_step: int) -> int:
                     kept += 1
         except tf.errors.DataLossError:
             pass
+        except (tf.errors.OpError, message.DecodeError) as error:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ValueError(f"{path}: cannot be read as TensorBoard events ({reason})") from None
+    _fsync(out)
     return kept

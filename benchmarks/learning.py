@@ -277,6 +277,14 @@ def _names(given: str, branched: dict | None) -> bool:
     return bool(branched) and os.path.abspath(given) in (branched["given"], branched["checkpoint"])
 
 
+def _same(saved, value: str) -> bool:
+    """Whether a flag's value saved in flags.json is the one given as text."""
+    try:
+        return float(saved) == float(value)
+    except (TypeError, ValueError):
+        return str(saved) == value
+
+
 def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> None:
     """Makes the new run folder `run_dir` from --branch_from's checkpoint; a one-line error,
     before anything is written, if the branch could not train to `frames`."""
@@ -288,25 +296,38 @@ def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> None:
     try:
         start = branch.source(FLAGS.branch_from)
     except ValueError as error:
-        raise app.UsageError(f"{where}: {error}") from None
-    level = start.flags.get("level_name")
+        message = str(error).removeprefix(f"{FLAGS.branch_from}: ")
+        raise app.UsageError(f"{where}: {message}") from None
+    # The configuration's flags go over the run's: refuse to change one unasked.
+    given = {flag.removeprefix("--").partition("=")[0] for flag in FLAGS.extra}
     for flag in benchmark.flags:
         name, _, value = flag.removeprefix("--").partition("=")
-        if name == "level_name" and value != level:
-            raise app.UsageError(
-                f"{where}: that run trained {level}; --config={FLAGS.config} trains {value}"
-            )
+        saved = start.flags.get(name)
+        if name in given or name == "keep_checkpoint_every_frames" or _same(saved, value):
+            continue
+        raise app.UsageError(
+            f"{where}: that run has --{name}={saved}, which --config={FLAGS.config} would "
+            f"change to {value}; give --extra=--{name}=... to say which"
+        )
     if start.frames >= frames:
         raise app.UsageError(
             f"{where}: the checkpoint is at {start.frames} frames; give a larger --frames "
             f"(now {frames:.0f})"
         )
+    # SIGTERM (as Ctrl-C) lets the branch remove its half-made folder.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         branch.branch(start, run_dir)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
+    except KeyboardInterrupt:
+        raise SystemExit(f"[learning] stopped while making {run_dir}: nothing was made") from None
     except OSError as error:
-        raise app.UsageError(f"--out_dir={run_dir}: {error.strerror or error}") from None
+        raise app.UsageError(
+            f"{error.filename or run_dir}: {error.strerror or error} (making --out_dir={run_dir})"
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(
         f"[learning] branched {start.checkpoint} ({start.frames} frames) into {run_dir}",
         flush=True,

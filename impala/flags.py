@@ -85,9 +85,10 @@ flags.DEFINE_integer("keep_checkpoints", 3, "How many recent checkpoints to keep
 flags.DEFINE_float(
     "keep_checkpoint_every_frames",
     0,
-    "Also keep, for good, the first checkpoint written at or after each multiple of this many "
-    "frames (0: none): points to follow a run's policy along (benchmarks/pong_points.py) or to "
-    "branch it from (make bench-learning ARGS=--branch_from=...).",
+    "Also keep the first checkpoint written at or after each multiple of this many frames (0: "
+    "none), as long as the run keeps this setting: points to follow a run's policy along "
+    "(benchmarks/pong_points.py) or to branch it from (make bench-learning "
+    "ARGS=--branch_from=...).",
 )
 flags.DEFINE_float(
     "connect_timeout_secs", 600.0, "How long an actor waits for its learner to come up."

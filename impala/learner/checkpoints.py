@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,7 @@ _READ_ERRORS = (
     tf.errors.InvalidArgumentError,
     tf.errors.FailedPreconditionError,
     tf.errors.UnknownError,
+    tf.errors.OpError,  # what the counter reader raises on a bad index: "block checksum mismatch"
     AssertionError,
     ValueError,
     IndexError,  # TensorFlow's checkpoint reader on a short file: "Read less bytes than requested"
@@ -96,9 +98,10 @@ class Checkpointer:
           directory: where checkpoints go (created on the first save).
           identity: what a checkpoint must match to be restored (environment, network, ...).
           keep: how many recent checkpoints to keep.
-          keep_every_frames: also keep, for good, the first checkpoint written at or after each
-            multiple of this many frames (0: none), so that a run can be followed or branched
-            (`benchmarks/branch.py`) from points along it.
+          keep_every_frames: also keep the first checkpoint written at or after each multiple
+            of this many frames (0: none), so that a run can be followed or branched
+            (`benchmarks/branch.py`) from points along it. They stay while the run keeps the
+            setting (a resume takes it from flags.json); without it only the recent ones do.
         """
         self.frames = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.version = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -187,20 +190,23 @@ class Checkpointer:
     def _milestones(self, paths: list[str]) -> set[str]:
         """Of `paths` (oldest first), the first at or after each multiple of keep_every_frames.
 
-        Every checkpoint a save deleted had an older one of its multiple kept, so the first
-        of each multiple among those left is the first of all that were written. One whose
-        frames cannot be read is no milestone: it goes once it is not among the recent ones.
+        While the setting is the same, every checkpoint a save deleted had an older one of
+        its multiple kept, so the first of each multiple among those left is the first of all
+        that were written. One whose frames cannot be read (now) is kept too: nothing is
+        deleted on a guess.
         """
         if not self._keep_every_frames:
             return set()
         firsts: dict[int, str] = {}
+        unread = set()
         for path in paths:
             try:
                 frames = read_counter(path, "frames")
             except _READ_ERRORS:
+                unread.add(path)
                 continue
             firsts.setdefault(int(frames // self._keep_every_frames), path)
-        return set(firsts.values())
+        return set(firsts.values()) | unread
 
     def _restore(self, path: str) -> None:
         current = run_identity.decode(self._identity)
@@ -238,20 +244,37 @@ def copy_checkpoint(path: str, directory: str) -> str:
     it that folder's only checkpoint in its state file; returns the copy's path.
 
     Raises:
-      ValueError: naming `path`, if it has no index file.
+      ValueError: naming the file, if there is no index file or one is not a regular file (a
+        symlink is not followed: the checkpoint may be someone else's).
     """
     folder, prefix = os.path.split(os.path.abspath(path))
-    names = sorted(name for name in os.listdir(folder) if name.startswith(prefix + "."))
+    data = re.compile(rf"^{re.escape(prefix)}\.(index|data-\d+-of-\d+)$")
+    names = sorted(name for name in os.listdir(folder) if data.match(name))
     if prefix + ".index" not in names:
         raise ValueError(f"{path}: no such checkpoint (no {prefix}.index)")
     os.makedirs(directory, exist_ok=True)
     for name in names:
-        shutil.copyfile(os.path.join(folder, name), os.path.join(directory, name))
-        _fsync_file(os.path.join(directory, name))
+        copy_regular_file(os.path.join(folder, name), os.path.join(directory, name))
     _fsync_file(directory)
     copy = os.path.join(directory, prefix)
     _write_state(directory, [copy])
     return copy
+
+
+def copy_regular_file(source: str, destination: str) -> None:
+    """Copies `source` to a new file `destination`, on disk; a one-line ValueError naming
+    `source` if it is not a regular file (a symlink is not followed, a device not read)."""
+    try:
+        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as error:
+        raise ValueError(f"{source}: cannot be read ({error.strerror or error})") from None
+    with os.fdopen(fd, "rb") as reader:
+        if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
+            raise ValueError(f"{source}: not a regular file; refusing to copy it")
+        with open(destination, "xb") as writer:
+            shutil.copyfileobj(reader, writer)
+            writer.flush()
+            os.fsync(writer.fileno())
 
 
 def _in_folder(directory: str) -> list[str]:

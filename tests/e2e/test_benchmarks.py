@@ -1,6 +1,7 @@
 """benchmarks.learning (its figures and one-line errors), benchmarks.probe_network,
 benchmarks.probe_games, benchmarks.pong_points and benchmarks.throughput's flags."""
 
+import hashlib
 import json
 import os
 import re
@@ -125,7 +126,7 @@ def _run(*flags, script="learning"):
         ),
         (
             "--branch_from={new}/x --out_dir={new}",
-            "--branch_from={new}/x: {new}/x: no such run folder, checkpoints folder",
+            "--branch_from={new}/x: no such run folder, checkpoints folder or checkpoint",
         ),
     ],
 )
@@ -324,6 +325,15 @@ def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag
     assert "Traceback" not in completed.stderr
 
 
+def _contents(folder):
+    """Every file under `folder` with a digest of its bytes."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
 @pytest.mark.slow
 def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(processes, tmp_path):
     """SIGTERM (as a job scheduler sends) reaches the run: it saves and stops its processes,
@@ -377,7 +387,7 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     # changed, and leaves the run as it was.
     (stop_checkpoint, *_), _ = checkpoints.listed(str(out_dir / "checkpoints"))
     assert checkpoints.read_counter(stop_checkpoint, "frames") == figures["frames"]
-    run_files = sorted(p.name for p in out_dir.rglob("*"))
+    run_files = _contents(out_dir)
     fork = tmp_path / "fork"
     branch_argv = [
         *bench_argv(budget)[:4],
@@ -408,5 +418,8 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     assert f"--out_dir={fork} exists (branched from {stop_checkpoint}); --branch_from" in (
         other.stderr
     )
-    assert sorted(p.name for p in out_dir.rglob("*")) == run_files
+    assert _contents(out_dir) == run_files
+    assert f"resumed from {fork}/checkpoints/{os.path.basename(stop_checkpoint)}: " in read_text(
+        fork / "learners.log"
+    )
     assert processes_with(str(fork)) == []

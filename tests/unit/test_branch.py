@@ -149,3 +149,42 @@ def test_events_after_a_damaged_record_are_not_copied(tmp_path):
     kept = branch.copy_events(events, str(out / os.path.basename(events)), 10**9)
     assert kept >= 1
     assert _returns(out) == _returns(tmp_path)
+
+
+def test_symlinks_in_the_run_are_refused_not_followed(run, tmp_path):
+    run_dir, _ = run
+    secret = tmp_path / "private_key"
+    secret.write_text("not for the branch")
+    # A file that is no part of a checkpoint is not copied, whatever its name.
+    os.symlink(secret, run_dir / "checkpoints" / "ckpt-3.notes")
+    start = branch.source(str(run_dir / "checkpoints" / "ckpt-3"))
+    branch.branch(start, str(tmp_path / "b"))
+    assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == [
+        "checkpoint",
+        "ckpt-3.data-00000-of-00001",
+        "ckpt-3.index",
+    ]
+    # One that is, or the run's flags, is refused.
+    for name in ("flags.json", "checkpoints/ckpt-3.data-00000-of-00001"):
+        target = run_dir / name
+        os.replace(target, tmp_path / "moved")
+        os.symlink(secret, target)
+        with pytest.raises(ValueError, match=f"{name}: (not a regular file|cannot be read)"):
+            branch.branch(start, str(tmp_path / "c"))
+        os.replace(tmp_path / "moved", target)
+    assert sorted(os.listdir(tmp_path)) == ["b", "private_key", "run"]
+
+
+def test_an_event_file_that_cannot_be_read_is_named_and_nothing_made(run, tmp_path):
+    run_dir, _ = run
+    (run_dir / "events.out.tfevents.9999999999.x").mkdir()
+    with pytest.raises(ValueError, match=r"events.out.tfevents.9999999999.x: not a regular file"):
+        branch.branch(branch.source(str(run_dir)), str(tmp_path / "b"))
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_a_branch_inside_the_run_it_branches_is_refused(run):
+    run_dir, _ = run
+    with pytest.raises(ValueError, match="is inside the run it branches"):
+        branch.branch(branch.source(str(run_dir)), str(run_dir / "b"))
+    assert not (run_dir / "b").exists()

@@ -103,11 +103,16 @@ def test_keeps_the_first_checkpoint_of_each_multiple_of_frames_too(tmp_path):
     resumed.save(frames=3300, version=11)
     resumed.save(frames=3600, version=12)
     assert _kept(tmp_path) == [1, 4, 7, 10, 11, 12]
+    # One whose frames cannot be read (now) is not deleted on a guess.
+    with open(tmp_path / "ckpt-11.index", "r+b") as f:
+        f.write(b"garbage")
+    resumed.save(frames=3800, version=14)
+    assert _kept(tmp_path) == [1, 4, 7, 10, 11, 12, 14]
     # Without the flag the same run keeps only its last ones.
     checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=2).save(
-        frames=3900, version=13
+        frames=3900, version=15
     )
-    assert _kept(tmp_path) == [12, 13]
+    assert _kept(tmp_path) == [14, 15]
 
 
 def test_a_write_interrupted_before_it_completes_never_becomes_latest(tmp_path, monkeypatch):
