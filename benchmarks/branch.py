@@ -96,21 +96,13 @@ def branch(start: Source, run_dir: str) -> None:
             copy_events(events, os.path.join(staging, os.path.basename(events)), start.frames)
         record = {"checkpoint": start.checkpoint, "frames": start.frames, "given": start.given}
         run_folder.write_json(os.path.join(staging, run_folder.BRANCH_FILE), record)
-        _fsync(os.path.join(staging, run_folder.BRANCH_FILE))
-        _fsync(staging)
+        checkpoints.fsync_path(os.path.join(staging, run_folder.BRANCH_FILE))
+        checkpoints.fsync_path(staging)
         os.rename(staging, run_dir)
-        _fsync(parent)
+        checkpoints.fsync_path(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def copy_events(path: str, out: str, last_step: int) -> int:
@@ -136,5 +128,5 @@ def copy_events(path: str, out: str, last_step: int) -> int:
         except (tf.errors.OpError, message.DecodeError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ValueError(f"{path}: cannot be read as TensorBoard events ({reason})") from None
-    _fsync(out)
+    checkpoints.fsync_path(out)
     return kept

@@ -175,8 +175,8 @@ class Checkpointer:
         written = self._checkpoint.write(path)
         for name in os.listdir(self._directory):
             if name.startswith(os.path.basename(written) + "."):
-                _fsync_file(os.path.join(self._directory, name))
-        _fsync_file(self._directory)
+                fsync_path(os.path.join(self._directory, name))
+        fsync_path(self._directory)
         before, _ = listed(self._directory)
         older = [p for p in before if p != written]
         recent = older[-(self._keep - 1) :] if self._keep > 1 else []
@@ -255,7 +255,7 @@ def copy_checkpoint(path: str, directory: str) -> str:
     os.makedirs(directory, exist_ok=True)
     for name in names:
         copy_regular_file(os.path.join(folder, name), os.path.join(directory, name))
-    _fsync_file(directory)
+    fsync_path(directory)
     copy = os.path.join(directory, prefix)
     _write_state(directory, [copy])
     return copy
@@ -319,10 +319,11 @@ def _write_state(directory: str, paths: list[str]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, state)
-    _fsync_file(directory)
+    fsync_path(directory)
 
 
-def _fsync_file(path: str) -> None:
+def fsync_path(path: str) -> None:
+    """Flushes the file or folder `path` to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
