@@ -63,8 +63,8 @@ def source(checkpoint: str) -> Source:
     try:
         frames = checkpoints.read_counter(path, "frames")
     except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: a short file
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"{path}: not a checkpoint of this project ({message})") from None
+        reason = checkpoints.first_line(error)
+        raise ValueError(f"{path}: not a checkpoint of this project ({reason})") from None
     return Source(os.path.abspath(checkpoint), os.path.abspath(path), run_dir, frames, flags)
 
 
@@ -126,7 +126,7 @@ def copy_events(path: str, out: str, last_step: int) -> int:
         except tf.errors.DataLossError:
             pass
         except (tf.errors.OpError, message.DecodeError) as error:
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            reason = checkpoints.first_line(error)
             raise ValueError(f"{path}: cannot be read as TensorBoard events ({reason})") from None
     checkpoints.fsync_path(out)
     return kept

@@ -58,7 +58,7 @@ def read_identity(path: str) -> dict[str, Any]:
     try:
         return checkpoints.read_identity(path)
     except (tf.errors.OpError, ValueError, IndexError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        message = checkpoints.first_line(error)
         raise ValueError(
             f"{path}: not a checkpoint of this project's learner ({message})"
         ) from error

@@ -66,13 +66,9 @@ _STATE_LINE = re.compile(
 )
 # What reading a damaged checkpoint raises: a short or missing file, a bad CRC, garbage.
 _READ_ERRORS = (
-    tf.errors.DataLossError,
-    tf.errors.NotFoundError,
-    tf.errors.OutOfRangeError,
-    tf.errors.InvalidArgumentError,
-    tf.errors.FailedPreconditionError,
-    tf.errors.UnknownError,
-    tf.errors.OpError,  # what the counter reader raises on a bad index: "block checksum mismatch"
+    # DataLossError, NotFoundError, OutOfRangeError, InvalidArgumentError, ..., and OpError
+    # itself: what the counter reader raises on a bad index ("block checksum mismatch").
+    tf.errors.OpError,
     AssertionError,
     ValueError,
     IndexError,  # TensorFlow's checkpoint reader on a short file: "Read less bytes than requested"
@@ -152,7 +148,7 @@ class Checkpointer:
             except CheckpointMismatchError:
                 raise
             except _READ_ERRORS as error:
-                reason = _first_line(error)
+                reason = first_line(error)
                 failures.append(f"{os.path.basename(path)}: {reason}")
                 report(f"checkpoint {path} cannot be read ({reason}); trying the one before")
                 continue
@@ -233,7 +229,7 @@ def listed(directory: str) -> tuple[list[str], str | None]:
     except (OSError, UnicodeDecodeError, ValueError) as error:
         found = _in_folder(directory)
         return found, (
-            f"{state} cannot be read ({_first_line(error)}); using the {len(found)} "
+            f"{state} cannot be read ({first_line(error)}); using the {len(found)} "
             f"checkpoint(s) in {directory}"
         )
     return [os.path.join(directory, name) for name in names], None
@@ -338,6 +334,7 @@ def _delete_checkpoint(path: str) -> None:
             os.remove(os.path.join(folder, name))
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name if it has none)."""
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     return message.strip().splitlines()[0] if message.strip() else type(error).__name__
