@@ -17,7 +17,7 @@ from absl.testing import flagsaver
 import experiment
 import plot
 from benchmarks import learning
-from impala import evaluation
+from impala import evaluation, run_folder
 from impala.learner import checkpoints
 from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, processes_with, read_text, wait_until
@@ -145,6 +145,27 @@ def test_bad_flags_are_one_line_errors_before_any_training(tmp_path, flag, messa
     assert "Traceback" not in completed.stderr
     assert not (tmp_path / "finished" / "learning.json").exists()
     assert not (tmp_path / "new").exists()
+
+
+def test_a_branch_that_would_change_the_runs_flags_or_go_nowhere_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    save_checkpoints(str(run_dir), versions=(3,))  # at 300 frames
+    # The Catch configuration's flags but for the game.
+    saved = dict(
+        flag.removeprefix("--").split("=", 1) for flag in learning.BENCHMARKS["catch"].flags
+    )
+    run_folder.write_flags(str(run_dir), {**saved, "level_name": "CartPole-v1"})
+    out_dir = tmp_path / "new"
+    common = [f"--branch_from={run_dir}", f"--out_dir={out_dir}", "--config=catch"]
+    other_game = _run(*common)
+    assert other_game.returncode != 0 and "Traceback" not in other_game.stderr
+    assert (
+        f"--branch_from={run_dir}: that run has --level_name=CartPole-v1, which --config=catch "
+        "would change to impala/Catch-v0; give --extra=--level_name=... to say which"
+    ) in other_game.stderr
+    too_short = _run(*common, "--frames=300", "--extra=--level_name=CartPole-v1")
+    assert "the checkpoint is at 300 frames; give a larger --frames (now 300)" in too_short.stderr
+    assert not out_dir.exists()
 
 
 def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(tmp_path):
