@@ -30,6 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
+from impala import run_folder
+
 FLAGS = flags.FLAGS
 
 flags.DEFINE_string("out", "curves.png", "Where the PNG goes.")
@@ -325,19 +327,14 @@ def write_png(figure: Figure, out: str) -> None:
     try:
         with os.fdopen(handle, "wb") as file:
             figure.savefig(file, format="png")
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private; a plot need not be
+        # mkstemp makes it private; a plot need not be.
+        os.chmod(temporary, 0o666 & ~run_folder.current_umask())
         os.replace(temporary, out)
     except OSError as error:
         raise PlotError(f"cannot write --out={out}: {error.strerror or error}") from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def summary_line(curve: Curve, out: str) -> str:

@@ -84,9 +84,8 @@ def branch(start: Source, run_dir: str) -> None:
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # as a run folder a launcher makes
+        # As a run folder a launcher makes (mkdtemp makes it private).
+        os.chmod(staging, 0o777 & ~run_folder.current_umask())
         checkpoints.copy_regular_file(
             os.path.join(start.run_dir, run_folder.FLAGS_FILE),
             os.path.join(staging, run_folder.FLAGS_FILE),

@@ -122,6 +122,13 @@ def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
     write_json(os.path.join(run_dir, FLAGS_FILE), dict(flag_values), sort_keys=True)
 
 
+def current_umask() -> int:
+    """The process's umask (reading it means setting it, so it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
     """Writes `value` as indented JSON to `path`, replacing what was there only once complete."""
     with open(path + ".tmp", "w") as f:
