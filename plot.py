@@ -2,8 +2,11 @@
 
   python plot.py runs/PongNoFrameskip-v4-20261122-101500 --out pong.png
   python plot.py runs/pong-a runs/pong-b --smooth=50 --title="Pong, 2 seeds"
+  python plot.py runs/pong-c benchmarks/curves/pong-b4-s0.csv --window_frames=5e5
 
-Reads the TensorBoard event files the learner writes into a run folder and draws one PNG with two
+Reads the TensorBoard event files the learner writes into a run folder, or a curve file (the
+`curve.csv` `make bench-learning` writes beside its results, one row per game: what outlives
+the run folder, as the ones in `benchmarks/curves/` do), and draws one PNG with two
 panels: `episode/return` against the run's emulator frames, and against its training hours
 (`time/training_secs`, which leaves out the time a run was stopped). Each run gets one colour: its
 per-episode returns faintly, their moving mean clearly on top. A run that was stopped and resumed
@@ -47,9 +50,19 @@ flags.DEFINE_float(
     lower_bound=0,
 )
 
+flags.DEFINE_string(
+    "csv_out",
+    "",
+    "Also write the run's games as a curve file (CSV: frames, return, length, training hours) "
+    "here; one run only.",
+)
+
 RETURN_TAG = "episode/return"
 LENGTH_TAG = "episode/length_frames"  # written beside each return, in the same order
 TRAINING_SECS_TAG = "time/training_secs"
+# A curve file's header: one row per finished game, in the order the run reported them.
+CURVE_COLUMNS = ("frames", "return", "length_frames", "training_hours")
+_MAX_CURVE_BYTES = 64 << 20  # far above a 200M-frame run's games
 
 
 class PlotError(Exception):
@@ -221,7 +234,12 @@ def moving_mean(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def load_curve(run_folder: str, name: str, window: int) -> Curve:
-    """Reads one run's learning curve, raising PlotError if the folder has none to show."""
+    """Reads one run's learning curve, from its run folder or a curve file (`*.csv`), raising
+    PlotError if there is none to show."""
+    if run_folder.endswith(".csv"):
+        return read_curve_csv(run_folder, name, window)
+    if os.path.isfile(run_folder):
+        raise PlotError(f"{run_folder} is a file: give a run folder or a curve file (*.csv)")
     if not os.path.isdir(run_folder):
         raise PlotError(f"run folder {run_folder} does not exist")
     paths = event_files(run_folder)
@@ -273,9 +291,93 @@ def _paired_lengths(lengths, return_steps: np.ndarray) -> np.ndarray | None:
     return paired
 
 
+def write_curve_csv(curve: Curve, path: str) -> None:
+    """Writes `curve`'s games as a curve file (`CURVE_COLUMNS`, one row per game), whole or not
+    at all. A length the run did not write is left empty."""
+    lengths = curve.lengths if curve.lengths is not None else np.full(len(curve.returns), np.nan)
+    rows = [",".join(CURVE_COLUMNS)]
+    for frames, value, length, hours in zip(
+        curve.frames, curve.returns, lengths, curve.hours, strict=True
+    ):
+        length_text = "" if np.isnan(length) else f"{int(length)}"
+        value_text = np.format_float_positional(value, trim="-")  # exact, "-21" for -21.0
+        rows.append(f"{int(frames)},{value_text},{length_text},{float(hours):.5f}")
+    run_folder.write_text(path, "\n".join(rows) + "\n")
+
+
+def read_curve_csv(path: str, name: str, window: int) -> Curve:
+    """Reads a curve file (`write_curve_csv`), which may come from anyone: every field is
+    checked, and the first wrong one raises PlotError naming the file and line."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(_MAX_CURVE_BYTES + 1)
+    except OSError as error:
+        raise PlotError(f"cannot read curve file {path}: {error.strerror or error}") from None
+    if len(data) > _MAX_CURVE_BYTES:
+        raise PlotError(f"{path}: larger than {_MAX_CURVE_BYTES >> 20} MiB: not a curve file")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise PlotError(f"{path}: not a curve file (not ASCII text)") from None
+    lines = text.splitlines()
+    header = ",".join(CURVE_COLUMNS)
+    if not lines or lines[0].strip() != header:
+        raise PlotError(f"{path}, line 1: expected the header {header}")
+    frames, returns, lengths, hours = [], [], [], []
+    for number, line in enumerate(lines[1:], start=2):
+        fields = line.strip().split(",")
+        if fields == [""]:
+            continue
+        if len(fields) != len(CURVE_COLUMNS):
+            raise PlotError(f"{path}, line {number}: {len(fields)} fields, expected 4 ({header})")
+        frame = _curve_field(path, number, "frames", fields[0], integer=True)
+        if frames and frame < frames[-1]:
+            raise PlotError(f"{path}, line {number}: frames {frame} is before the line above's")
+        frames.append(frame)
+        returns.append(_curve_field(path, number, "return", fields[1], negative=True))
+        length = fields[2].strip()
+        lengths.append(
+            math.nan if not length else _curve_field(path, number, "length_frames", length)
+        )
+        hours.append(_curve_field(path, number, "training_hours", fields[3]))
+    if not frames:
+        raise PlotError(f"no finished episodes in {path}")
+    returns_array = np.asarray(returns, dtype=np.float64)
+    lengths_array = np.asarray(lengths, dtype=np.float64)
+    return Curve(
+        name=name,
+        frames=np.asarray(frames, dtype=np.int64),
+        hours=np.asarray(hours, dtype=np.float64),
+        returns=returns_array,
+        smoothed=moving_mean(returns_array, window),
+        window=window,
+        frames_reached=frames[-1],  # the last game's: a curve file keeps games only
+        hours_from_wall_time=False,
+        lengths=None if np.isnan(lengths_array).all() else lengths_array,
+    )
+
+
+def _curve_field(
+    path: str, number: int, column: str, text: str, integer: bool = False, negative: bool = False
+) -> float:
+    """One field of a curve file: a finite number (an integer for `integer`), >= 0 unless
+    `negative`."""
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise PlotError(f"{path}, line {number}: {column} {text.strip()!r} is not {kind}") from None
+    if not math.isfinite(value) or (value < 0 and not negative):
+        what = "a finite number" if negative else "a finite number >= 0"
+        raise PlotError(f"{path}, line {number}: {column} {text.strip()!r} must be {what}")
+    return value
+
+
 def run_names(run_folders: list[str]) -> list[str]:
     """Each run's folder name, or its whole path where two runs share a folder name."""
-    names = [os.path.basename(os.path.normpath(folder)) for folder in run_folders]
+    names = [
+        os.path.basename(os.path.normpath(folder)).removesuffix(".csv") for folder in run_folders
+    ]
     return [
         name if names.count(name) == 1 else os.path.normpath(folder)
         for name, folder in zip(names, run_folders, strict=True)
@@ -305,15 +407,15 @@ def draw(curves: list[Curve], title: str = "") -> Figure:
     return figure
 
 
-def check_out(out: str) -> None:
+def check_out(out: str, flag: str = "--out", example: str = "curves.png") -> None:
     """Raises PlotError early if `out` cannot be written, before runs are read."""
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
-        raise PlotError(f"cannot write --out={out}: folder {folder} does not exist")
+        raise PlotError(f"cannot write {flag}={out}: folder {folder} does not exist")
     if os.path.isdir(out):
-        raise PlotError(f"cannot write --out={out}: it is a folder; name a file such as curves.png")
+        raise PlotError(f"cannot write {flag}={out}: it is a folder; name a file such as {example}")
     if not os.access(folder, os.W_OK):
-        raise PlotError(f"cannot write --out={out}: folder {folder} is not writable")
+        raise PlotError(f"cannot write {flag}={out}: folder {folder} is not writable")
 
 
 def write_png(figure: Figure, out: str) -> None:
@@ -376,19 +478,36 @@ def window_line(curve: Curve, window_frames: float) -> str:
 
 
 def plot_runs(
-    run_folders: list[str], out: str, smooth: int = 20, title: str = "", window_frames: float = 0
+    run_folders: list[str],
+    out: str,
+    smooth: int = 20,
+    title: str = "",
+    window_frames: float = 0,
+    csv_out: str = "",
 ) -> list[str]:
-    """Draws the runs' learning curves into the PNG `out`. Returns one summary line per run,
-    and with `window_frames` one more per run (`window_line`)."""
+    """Draws the runs' learning curves into the PNG `out`, and with `csv_out` writes the one
+    run's games as a curve file there. Returns one summary line per run, and with
+    `window_frames` one more per run (`window_line`)."""
     if smooth < 1:
         raise PlotError(f"--smooth={smooth}: must be >= 1 (1: no smoothing)")
     check_out(out)
+    if csv_out:
+        if len(run_folders) != 1:
+            raise PlotError(f"--csv_out={csv_out}: give one run, not {len(run_folders)}")
+        check_out(csv_out, "--csv_out", "curve.csv")
     curves = [
         load_curve(folder, name, smooth)
         for folder, name in zip(run_folders, run_names(run_folders), strict=True)
     ]
     write_png(draw(curves, title), out)
+    if csv_out:
+        try:
+            write_curve_csv(curves[0], csv_out)
+        except OSError as error:
+            raise PlotError(f"cannot write --csv_out={csv_out}: {error.strerror}") from None
     lines = [summary_line(curve, out) for curve in curves]
+    if csv_out:
+        lines.append(f"{curves[0].name}: {len(curves[0].returns):,} games -> {csv_out}")
     if window_frames:
         lines += [window_line(curve, window_frames) for curve in curves]
     return lines
@@ -396,11 +515,15 @@ def plot_runs(
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        raise app.UsageError("give one or more run folders, e.g. plot.py runs/<name>", exitcode=2)
+        raise app.UsageError(
+            "give one or more run folders or curve files, e.g. plot.py runs/<name>", exitcode=2
+        )
     # summary_iterator's deprecation notice is noise for users of this command.
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     try:
-        lines = plot_runs(argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title, FLAGS.window_frames)
+        lines = plot_runs(
+            argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title, FLAGS.window_frames, FLAGS.csv_out
+        )
     except PlotError as error:
         print(f"plot.py: error: {error}", file=sys.stderr)
         return 2

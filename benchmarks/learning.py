@@ -10,6 +10,9 @@ Trains through the real distributed path (`run_local.py`: a learner process and 
 over gRPC, the defaults of `make train` unless the configuration says otherwise), then writes into
 `--out_dir` (default `runs/bench-<config>-<time>`, which is also the run folder):
   learning_curve.png  return against emulator frames and against training hours (`plot.py`);
+  curve.csv           the same games, one row each: frames, return, length, training hours
+                      (`plot.py` reads it as it reads a run folder; it outlives the folder's
+                      checkpoints and event files, as the ones in `benchmarks/curves/` do);
   learning.json       the configuration and its flags, the machine, the date, the final mean
                       return over the last `--window` games, the best such mean, the frames at
                       which that mean first reached each of `thresholds`, and frames/s (the
@@ -393,6 +396,7 @@ def main(argv: list[str]) -> int:
         }
     title = f"{FLAGS.config}: {_frames(figures['frames'])} frames"
     plot.write_png(plot.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
+    plot.write_curve_csv(curve, os.path.join(run_dir, "curve.csv"))
     json_path = os.path.join(run_dir, "learning.json")
     run_folder.write_json(json_path, figures)
     reached = ", ".join(
@@ -434,7 +438,7 @@ def main(argv: list[str]) -> int:
                 f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
                 f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
             )
-    print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json")
+    print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json, {run_dir}/curve.csv")
     return 0
 
 

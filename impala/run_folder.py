@@ -131,9 +131,13 @@ def current_umask() -> int:
 
 def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
     """Writes `value` as indented JSON to `path`, replacing what was there only once complete."""
+    write_text(path, json.dumps(value, indent=2, sort_keys=sort_keys) + "\n")
+
+
+def write_text(path: str, text: str) -> None:
+    """Writes `text` to `path`, replacing what was there only once complete."""
     with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=2, sort_keys=sort_keys)
-        f.write("\n")
+        f.write(text)
     os.replace(path + ".tmp", path)
 
 

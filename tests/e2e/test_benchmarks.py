@@ -392,6 +392,10 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(p
     resumed = json.loads((out_dir / "learning.json").read_text())
     assert resumed["resumed"] and not resumed["stopped_early"]
     assert resumed["frames"] == budget and resumed["games"] > figures["games"]
+    # The curve file holds the whole run's games, as the curve it was drawn from.
+    curve = plot.load_curve(str(out_dir / "curve.csv"), "catch", 100)
+    assert len(curve.returns) == resumed["games"]
+    assert round(float(curve.smoothed[-1]), 2) == resumed["final_mean_return"]
 
     # Finished, it refuses the same budget in one line and trains on to a larger one.
     same = _run(*bench_argv(budget)[4:])

@@ -327,3 +327,115 @@ def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_g
     assert result.stdout.splitlines()[1].endswith(
         "from 0M: -21.0 (-), 0.5M: -19.0 (-), 1M: -4.0 (8.5k)"
     )
+
+
+def test_a_curve_file_holds_the_runs_games_and_plots_beside_a_run_folder(tmp_path, capsys):
+    write_run(tmp_path / "pong", episodes=30)
+    curve = plot.load_curve(str(tmp_path / "pong"), "pong", 20)
+    path = tmp_path / "pong-record.csv"
+    plot.write_curve_csv(curve, str(path))
+
+    lines = path.read_text().splitlines()
+    assert lines[0] == "frames,return,length_frames,training_hours"
+    return_text = np.format_float_positional(curve.returns[0], trim="-")
+    assert lines[1] == f"500000,{return_text},3000,{curve.hours[0]:.5f}"
+    assert len(lines) == 31 and sorted(os.listdir(tmp_path)) == ["pong", "pong-record.csv"]
+    again = plot.load_curve(str(path), "record", 20)
+    np.testing.assert_array_equal(again.frames, curve.frames)
+    np.testing.assert_array_equal(again.returns, curve.returns)
+    np.testing.assert_array_equal(again.smoothed, curve.smoothed)
+    np.testing.assert_array_equal(again.lengths, curve.lengths)
+    np.testing.assert_allclose(again.hours, curve.hours, atol=1e-5)
+    assert again.frames_reached == curve.frames_reached == 7_500_000
+
+    out = tmp_path / "both.png"
+    assert run_main(str(tmp_path / "pong"), str(path), f"--out={out}", "--window_frames=5e6") == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("pong: 30 episodes, 7,500,000 frames, smoothed return ")
+    assert printed[1].startswith("pong-record: 30 episodes, 7,500,000 frames, smoothed return ")
+    assert printed[2].split("from ")[1] == printed[3].split("from ")[1]  # the same windows
+    assert read_png(out).shape == (495, 1320, 3)
+
+
+def test_a_curve_file_without_lengths_reads_back_without_them(tmp_path):
+    run = tmp_path / "old"
+    run.mkdir()
+    write_events(run, steps=[1000, 2000], returns=[-21.0, -20.0], training_secs=[1, 2], lengths=())
+    plot.write_curve_csv(plot.load_curve(str(run), "old", 20), str(tmp_path / "old.csv"))
+
+    assert (tmp_path / "old.csv").read_text().splitlines()[1:] == [
+        "1000,-21,,0.00028",
+        "2000,-20,,0.00056",
+    ]
+    assert plot.load_curve(str(tmp_path / "old.csv"), "old", 20).lengths is None
+
+
+_HEADER = "frames,return,length_frames,training_hours\n"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "line 1: expected the header frames,return,length_frames,training_hours"),
+        ("frames,return\n1,2\n", "line 1: expected the header"),
+        (_HEADER, "no finished episodes in {path}"),
+        (_HEADER + "1000,-21,3000,0.1\n2000,-20,3000\n", "line 3: 3 fields, expected 4"),
+        (_HEADER + "1e3,-21,3000,0.1\n", "line 2: frames '1e3' is not an integer"),
+        (_HEADER + "-5,-21,3000,0.1\n", "line 2: frames '-5' must be a finite number >= 0"),
+        (_HEADER + "2000,-21,,0.1\n1000,-20,,0.1\n", "line 3: frames 1000 is before the line"),
+        (_HEADER + "1000,nan,3000,0.1\n", "line 2: return 'nan' must be a finite number"),
+        (_HEADER + "1000,-21,inf,0.1\n", "line 2: length_frames 'inf' must be a finite number"),
+        (_HEADER + "1000,-21,3000,x\n", "line 2: training_hours 'x' is not a number"),
+        (_HEADER + "1000,-21,3000,-1\n", "line 2: training_hours '-1' must be a finite number"),
+        ("frames,return,length_frames,training_hours\n1000,\xe9,1,1\n", "not ASCII text"),
+    ],
+)
+def test_a_bad_curve_file_is_one_line_naming_the_file_and_line(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_bytes(content.encode("latin-1"))
+    out = tmp_path / "curves.png"
+
+    assert run_main(str(path), f"--out={out}") == 2
+
+    error = capsys.readouterr().err
+    assert error.startswith("plot.py: error: ") and error.count("\n") == 1, error
+    assert message.format(path=path) in error
+    assert str(path) in error
+    assert not out.exists()
+
+
+def test_a_file_that_is_not_a_curve_file_is_refused(tmp_path, capsys):
+    (tmp_path / "curves.png").write_bytes(b"\x89PNG")
+
+    assert run_main(str(tmp_path / "curves.png"), f"--out={tmp_path / 'out.png'}") == 2
+    assert capsys.readouterr().err == (
+        f"plot.py: error: {tmp_path / 'curves.png'} is a file: give a run folder or a curve "
+        "file (*.csv)\n"
+    )
+    assert run_main(str(tmp_path / "missing.csv"), f"--out={tmp_path / 'out.png'}") == 2
+    assert "cannot read curve file" in capsys.readouterr().err
+
+
+def test_csv_out_writes_one_runs_curve_file_and_refuses_two_runs(tmp_path, capsys):
+    write_run(tmp_path / "a", episodes=6)
+    write_run(tmp_path / "b", episodes=4)
+    out, csv_out = tmp_path / "a.png", tmp_path / "a.csv"
+
+    assert run_main(str(tmp_path / "a"), f"--out={out}", f"--csv_out={csv_out}") == 0
+
+    assert capsys.readouterr().out.splitlines()[-1] == f"a: 6 games -> {csv_out}"
+    plot.write_curve_csv(plot.load_curve(str(tmp_path / "a"), "a", 20), str(tmp_path / "x.csv"))
+    assert csv_out.read_text() == (tmp_path / "x.csv").read_text()
+
+    both = run_main(str(tmp_path / "a"), str(tmp_path / "b"), f"--csv_out={tmp_path / 'c.csv'}")
+    assert both == 2
+    assert capsys.readouterr().err == (
+        f"plot.py: error: --csv_out={tmp_path / 'c.csv'}: give one run, not 2\n"
+    )
+    missing = tmp_path / "missing" / "a.csv"
+    assert run_main(str(tmp_path / "a"), f"--out={out}", f"--csv_out={missing}") == 2
+    assert capsys.readouterr().err == (
+        f"plot.py: error: cannot write --csv_out={missing}: folder {missing.parent} does not "
+        "exist\n"
+    )
+    assert not (tmp_path / "c.csv").exists()
