@@ -1,5 +1,5 @@
-"""A run that survives its faults: run_local.py's actors are SIGKILLed 50 times and one of its two
-learners once; the run still reaches its budget with identical learners, losing at most one
+"""A run that survives its faults: run_local.py's actors are SIGKILLed again and again and one of
+its two learners once; the run still reaches its budget with identical learners, losing at most one
 save interval. Runs `benchmarks/faults.py`, which the README's reliability figures come from."""
 
 import json
@@ -16,16 +16,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path):
-    # 25 kills over 15k frames: the density of the README's 50 over 30k in about 3 minutes on
-    # 2 cores instead of 5.
+    # 10 kills over 6k frames: the density of the README's 50 over 30k, each actor killed two
+    # or three times (so restarted after a growing delay), in a fifth of the time.
     out = tmp_path / "faults.json"
     completed = subprocess.run(
         [
             sys.executable,
             "-m",
             "benchmarks.faults",
-            "--actor_kills=25",
-            "--frames=15000",
+            "--actor_kills=10",
+            "--frames=6000",
             "--save_every_secs=7",  # not in step with the 5 s progress lines
             "--timeout_secs=540",  # then it stops the run and fails, before pytest's limit
             f"--logdir={tmp_path}",
@@ -38,8 +38,8 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     figures = json.loads(out.read_text())
-    assert figures["actor_kills"] >= 25
-    assert figures["actor_restarts"] >= 25 and figures["actors_given_up"] == 0
+    assert figures["actor_kills"] >= 10
+    assert figures["actor_restarts"] >= 10 and figures["actors_given_up"] == 0
     assert (figures["learner_kills"], figures["learner_restarts"]) == (1, 1)
     assert figures["budget_reached"] and figures["frames"] == [figures["frames"][0]] * 2
     assert figures["learners_identical"]
@@ -47,7 +47,7 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
     assert 0 <= figures["training_secs_lost"] <= figures["save_every_secs"] + 1
     assert figures["frames_lost"] >= 0
     assert figures["learner_recovery_secs"] is not None
-    assert len(figures["actor_recovery_secs"]) >= 20  # actors that acted again after a kill
+    assert len(figures["actor_recovery_secs"]) >= 8  # actors that acted again after a kill
     assert "[faults] actor kills survived: " in completed.stdout
 
 
