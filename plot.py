@@ -361,13 +361,13 @@ def _curve_field(
     path: str, number: int, column: str, text: str, integer: bool = False, negative: bool = False
 ) -> float:
     """One field of a curve file: a finite number (an integer for `integer`), >= 0 unless
-    `negative`."""
+    `negative`, and below 2**53 (what a float holds exactly)."""
     try:
         value = int(text) if integer else float(text)
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise PlotError(f"{path}, line {number}: {column} {text.strip()!r} is not {kind}") from None
-    if not math.isfinite(value) or (value < 0 and not negative):
+    if not math.isfinite(value) or (value < 0 and not negative) or abs(value) >= 2**53:
         what = "a finite number" if negative else "a finite number >= 0"
         raise PlotError(f"{path}, line {number}: {column} {text.strip()!r} must be {what}")
     return value

@@ -382,6 +382,7 @@ _HEADER = "frames,return,length_frames,training_hours\n"
         (_HEADER + "1000,-21,3000,0.1\n2000,-20,3000\n", "line 3: 3 fields, expected 4"),
         (_HEADER + "1e3,-21,3000,0.1\n", "line 2: frames '1e3' is not an integer"),
         (_HEADER + "-5,-21,3000,0.1\n", "line 2: frames '-5' must be a finite number >= 0"),
+        (_HEADER + f"{10**30},-21,3000,0.1\n", f"line 2: frames '{10**30}' must be a finite"),
         (_HEADER + "2000,-21,,0.1\n1000,-20,,0.1\n", "line 3: frames 1000 is before the line"),
         (_HEADER + "1000,nan,3000,0.1\n", "line 2: return 'nan' must be a finite number"),
         (_HEADER + "1000,-21,inf,0.1\n", "line 2: length_frames 'inf' must be a finite number"),
