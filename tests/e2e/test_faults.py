@@ -1,6 +1,7 @@
-"""A run that survives its faults: run_local.py's actors are SIGKILLed again and again and one of
-its two learners once; the run still reaches its budget with identical learners, losing at most one
-save interval. Runs `benchmarks/faults.py`, which the README's reliability figures come from."""
+"""A run that survives its faults: run_local.py's actors are SIGKILLed again and again and one
+of its two learners once; the run still reaches its budget with identical learners, losing at
+most one save interval. Runs `benchmarks/faults.py`, which the README's reliability figures come
+from."""
 
 import json
 import os
