@@ -500,13 +500,12 @@ def plot_runs(
         for folder, name in zip(run_folders, run_names(run_folders), strict=True)
     ]
     write_png(draw(curves, title), out)
+    lines = [summary_line(curve, out) for curve in curves]
     if csv_out:
         try:
             write_curve_csv(curves[0], csv_out)
         except OSError as error:
             raise PlotError(f"cannot write --csv_out={csv_out}: {error.strerror}") from None
-    lines = [summary_line(curve, out) for curve in curves]
-    if csv_out:
         lines.append(f"{curves[0].name}: {len(curves[0].returns):,} games -> {csv_out}")
     if window_frames:
         lines += [window_line(curve, window_frames) for curve in curves]
