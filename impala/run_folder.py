@@ -135,10 +135,16 @@ def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
 
 
 def write_text(path: str, text: str) -> None:
-    """Writes `text` to `path`, replacing what was there only once complete."""
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+    """Writes `text` to `path`, replacing what was there only once complete; a write that fails
+    (a full disk) leaves what was there and no partial file beside it."""
+    temporary = path + ".tmp"
+    try:
+        with open(temporary, "w") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
 
 
 def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

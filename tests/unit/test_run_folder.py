@@ -60,3 +60,18 @@ def test_a_broken_branch_record_is_named(tmp_path, text, message):
     (tmp_path / "branch.json").write_text(text)
     with pytest.raises(ValueError, match=message):
         run_folder.read_branch(str(tmp_path))
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_partial_one(tmp_path, monkeypatch):
+    path = tmp_path / "learning.json"
+    run_folder.write_json(str(path), {"frames": 1})
+
+    def fail(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_folder.os, "replace", fail)
+    with pytest.raises(OSError, match="No space left on device"):
+        run_folder.write_json(str(path), {"frames": 2})
+
+    assert json.loads(path.read_text()) == {"frames": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learning.json"]
