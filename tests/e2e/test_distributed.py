@@ -20,7 +20,6 @@ import pytest
 
 import networks
 from impala import envs
-from impala.envs import catch
 from impala.launch.single_host import free_ports
 from tests.helpers import ROOT, Processes, pids_with, processes_with, wait_until
 
@@ -368,24 +367,3 @@ def test_cartpole_learns_through_the_distributed_path(tmp_path):
     assert summary["episodes"] >= 20
     # Reaches a mean return of 200 over 20 consecutive episodes within the budget.
     assert summary["best_mean_return"] >= 200, (summary, time.monotonic() - started)
-
-
-def test_catch_is_learned_from_pixels_through_the_distributed_path(tmp_path):
-    """The shallow conv net, one learner and two actor processes over gRPC, on a game whose
-    right action depends on where the ball is in an 84x84x4 uint8 picture and whose reward comes
-    9 steps after the first decision. A random policy scores about -0.75 (18 catches in 20 games
-    would take it a miracle); a broken loss, scrambled observations, misaligned rewards or actors
-    acting with weights other than the learner's keep it there. Small batches and Adam make it
-    quick: it first reaches 0.8 at about 37k frames, 1.0 at about 50k."""
-    completed, run_dir = _run_local(
-        tmp_path,
-        *catch.QUICK_LEARNING_FLAGS,
-        "--total_environment_frames=60000",
-        "--seed=1",
-        timeout=600,
-    )
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    (summary,) = _summaries(run_dir)
-    # Means over 20 consecutive games: 18 catches in 20 at best, and still 16 at the end.
-    assert summary["best_mean_return"] >= 0.8, summary
-    assert summary["mean_return"] >= 0.6, summary
