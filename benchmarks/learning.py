@@ -84,7 +84,7 @@ BENCHMARKS = {
         10e6,
         (10.0, 50.0, 100.0),
     ),
-    # The Catch learning test's settings (tests/e2e/test_benchmarks.py runs this): small batches, Adam.
+    # The Catch learning test (tests/e2e/test_benchmarks.py runs this): small batches, Adam.
     "catch": Benchmark(catch.QUICK_LEARNING_FLAGS, 60e3, (0.0, 0.5, 0.9)),
 }
 
