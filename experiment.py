@@ -57,6 +57,8 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         policy_clip_center=FLAGS.policy_clip_center,
         baseline_cost=FLAGS.baseline_cost,
         entropy_cost=FLAGS.entropy_cost,
+        entropy_cost_anneal_frames=frames_flag("entropy_cost_anneal_frames"),
+        entropy_cost_final=FLAGS.entropy_cost_final,
         reward_clipping=FLAGS.reward_clipping,
         gradients_clipping=FLAGS.gradients_clipping,
         learning_rate=FLAGS.learning_rate,

@@ -36,6 +36,10 @@ class LearnerConfig:
     policy_clip_center: str = "behaviour"
     baseline_cost: float = 0.5
     entropy_cost: float = 0.01
+    # The entropy weight moves linearly from `entropy_cost` to `entropy_cost_final` over this
+    # many frames and stays there; 0: `entropy_cost` throughout.
+    entropy_cost_anneal_frames: int = 0
+    entropy_cost_final: float = 0.0
     reward_clipping: str = "abs_one"
     gradients_clipping: float = 40.0  # global norm; negative (or 0) turns clipping off
     learning_rate: float = 0.0006
@@ -79,6 +83,18 @@ class LearnerConfig:
             0 <= self.entropy_cost < math.inf,
             "entropy_cost",
             self.entropy_cost,
+            "must be a finite number >= 0",
+        )
+        _require(
+            self.entropy_cost_anneal_frames >= 0,
+            "entropy_cost_anneal_frames",
+            self.entropy_cost_anneal_frames,
+            "must be >= 0 (0: --entropy_cost throughout)",
+        )
+        _require(
+            0 <= self.entropy_cost_final < math.inf,
+            "entropy_cost_final",
+            self.entropy_cost_final,
             "must be a finite number >= 0",
         )
         _require(

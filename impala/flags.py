@@ -186,6 +186,18 @@ flags.DEFINE_float(
     "higher than 0.02 did, which had got the shallow network past a stall on two seeds of "
     'three, README "Learning results").',
 )
+flags.DEFINE_float(
+    "entropy_cost_anneal_frames",
+    0,
+    "Emulator frames over which the entropy bonus's weight moves linearly from --entropy_cost "
+    "to --entropy_cost_final, and stays there after (0: --entropy_cost throughout): a more "
+    "random policy while the game is being discovered, a sharper one later.",
+)
+flags.DEFINE_float(
+    "entropy_cost_final",
+    0.0,
+    "The entropy bonus's weight at the end of --entropy_cost_anneal_frames and after.",
+)
 flags.DEFINE_float("baseline_cost", 0.5, "Weight of the baseline loss.")
 flags.DEFINE_enum(
     "reward_clipping",
@@ -268,6 +280,8 @@ PRESETS: dict[str, dict[str, object]] = {
         "learning_rate_anneal_frames": 0.0,
         "discounting": 0.99,
         "entropy_cost": 0.01,
+        "entropy_cost_anneal_frames": 0.0,
+        "entropy_cost_final": 0.0,
         "baseline_cost": 0.5,
         "gradients_clipping": 40.0,
         "reward_clipping": "abs_one",

@@ -415,11 +415,18 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     policy_lag = float(np.mean(learners.policy_lag))
     frames_per_sec = progress.rate()
     learning.report(progress.line(frames_per_sec))
+    # The entropy bonus's weight when it follows a schedule (--entropy_cost_anneal_frames).
+    entropy_weight = (
+        f" at weight {stats['entropy_cost']:.4f}"
+        if learning.config.learner.entropy_cost_anneal_frames
+        else ""
+    )
     learning.report(
         # Counted since the run began (the weights' version), not since this start.
         f"  step {counters.version} | loss {stats['loss/total']:.3f} "
         f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
-        f"entropy {stats['loss/entropy']:.3f}) | grad norm {stats['gradient_norm']:.2f} | "
+        f"entropy {stats['loss/entropy']:.3f}{entropy_weight}) | "
+        f"grad norm {stats['gradient_norm']:.2f} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
         f"(clipped {stats['clipped_fraction']:.0%}) | "
         f"queue {service.queue_size}/{service.queue_capacity} | "

@@ -100,6 +100,7 @@ def compute_loss(
     batch: Batch,
     config: LearnerConfig,
     proximal_logits: tf.Tensor | None = None,
+    entropy_cost: tf.Tensor | float | None = None,
 ) -> LossTerms:
     """The IMPALA loss of a [T + 1, B] batch: policy gradient + baseline + entropy terms.
 
@@ -107,6 +108,8 @@ def compute_loss(
       proximal_logits: with `config.policy_clip_center` "learner", the learner's logits [T, B,
         NUM_ACTIONS] when the batch arrived (`LossTerms.target_logits` of its first step); None
         on that first step, where they are the learner's current ones.
+      entropy_cost: the entropy bonus's weight at this step (`optimise.scheduled_entropy_cost`);
+        None: `config.entropy_cost`.
     """
     steps = batch.steps
     inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
@@ -158,7 +161,9 @@ def compute_loss(
     else:
         policy_gradient = compute_policy_gradient_loss(target_logits, actions, advantages)
     baseline = config.baseline_cost * compute_baseline_loss(vtrace_returns.vs - values)
-    entropy = config.entropy_cost * compute_entropy_loss(target_logits)
+    if entropy_cost is None:
+        entropy_cost = config.entropy_cost
+    entropy = entropy_cost * compute_entropy_loss(target_logits)
     return LossTerms(
         total=policy_gradient + baseline + entropy,
         policy_gradient=policy_gradient,

@@ -23,6 +23,18 @@ def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf
     return tf.cast(config.learning_rate * remaining, tf.float32)
 
 
+def scheduled_entropy_cost(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
+    """The entropy bonus's weight: `entropy_cost` moving linearly to `entropy_cost_final` over
+    `entropy_cost_anneal_frames` frames, then `entropy_cost_final`; `entropy_cost` throughout
+    if that is 0."""
+    if config.entropy_cost_anneal_frames == 0:
+        return tf.constant(config.entropy_cost, tf.float32)
+    progress = tf.cast(frames, tf.float64) / float(config.entropy_cost_anneal_frames)
+    done = tf.clip_by_value(progress, 0.0, 1.0)
+    cost = config.entropy_cost + (config.entropy_cost_final - config.entropy_cost) * done
+    return tf.cast(cost, tf.float32)
+
+
 def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Optimizer:
     """The optimiser `config.optimizer` names, reading its step size from `learning_rate`."""
     if config.optimizer == "adam":
@@ -66,6 +78,7 @@ class Trainer:
         self._wrap_tape = wrap_tape or (lambda tape: tape)
         self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
         self.optimizer = make_optimizer(config, self.learning_rate)
+        self.entropy_cost = tf.Variable(config.entropy_cost, trainable=False, dtype=tf.float32)
         self._train_step = tf.function(self._step)
 
     def create_optimizer_slots(self) -> None:
@@ -100,6 +113,7 @@ class Trainer:
 
     def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
         self.learning_rate.assign(annealed_learning_rate(self._config, frames))
+        self.entropy_cost.assign(scheduled_entropy_cost(self._config, frames))
         batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
         # The learner's policy as the batch arrived: the first step's, before its update.
         proximal_logits = None
@@ -114,7 +128,9 @@ class Trainer:
     ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
         variables = self._agent.trainable_variables
         with tf.GradientTape() as tape:
-            loss = compute_loss(self._agent, batch, self._config, proximal_logits)
+            loss = compute_loss(
+                self._agent, batch, self._config, proximal_logits, self.entropy_cost
+            )
         gradients = self._wrap_tape(tape).gradient(loss.total, variables)
         gradient_norm = tf.linalg.global_norm(gradients)
         if self._config.gradients_clipping > 0:
@@ -130,4 +146,5 @@ class Trainer:
             "clipped_fraction": loss.clipped_fraction,
             "gradient_norm": gradient_norm,
             "learning_rate": tf.identity(self.learning_rate),
+            "entropy_cost": tf.identity(self.entropy_cost),
         }, loss.target_logits

@@ -8,6 +8,7 @@ curves where they stopped. Tags:
   progress/frames_per_sec                 emulator frames per second, all learners
   time/training_secs                      seconds spent training, continued across resumes
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
+  loss/entropy_cost                       the entropy bonus's weight (--entropy_cost_anneal_frames)
   optimizer/gradient_norm, optimizer/learning_rate
   policy/clipped_fraction                 steps whose importance ratio is beyond a clip's bound
                                           (V-trace's rho-bar of 1, or outside --policy_clip's range)
@@ -33,6 +34,7 @@ _STEP_TAGS = {
     "loss/entropy": "loss/entropy",
     "gradient_norm": "optimizer/gradient_norm",
     "learning_rate": "optimizer/learning_rate",
+    "entropy_cost": "loss/entropy_cost",
     "clipped_fraction": "policy/clipped_fraction",
 }
 

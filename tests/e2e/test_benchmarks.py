@@ -480,12 +480,18 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(
         f"--out_dir={fork}",
         f"--branch_from={stop_checkpoint}",
         "--extra=--entropy_cost=0.02",
+        # The bonus's weight falling from there, which the progress lines show.
+        "--extra=--entropy_cost_anneal_frames=1e6",
         "--test_games=0",
     ]
     forked = processes.start("learning_branch", branch_argv)
     assert processes.wait(forked, 180) == 0, processes.log(forked)
     assert f"branched {stop_checkpoint} ({figures['frames']} frames)" in processes.log(forked)
-    assert "with changed flags: --entropy_cost: 0.01 -> 0.02" in read_text(fork / "learners.log")
+    fork_log = read_text(fork / "learners.log")
+    assert "with changed flags: --entropy_cost: 0.01 -> 0.02" in fork_log
+    weights = re.findall(r"entropy -\d+\.\d+ at weight (0\.\d{4})\) \| ", fork_log)
+    assert weights and all(0.0198 <= float(weight) <= 0.02 for weight in weights), fork_log
+    assert " at weight " not in read_text(out_dir / "learners.log")
     branched = json.loads((fork / "learning.json").read_text())
     since = branched["branched_from"]
     assert (since["checkpoint"], since["frames"]) == (stop_checkpoint, figures["frames"])

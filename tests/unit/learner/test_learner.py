@@ -301,6 +301,42 @@ def test_learning_rate_anneals_linearly_to_zero():
     assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
 
 
+def test_the_entropy_weight_follows_its_schedule_and_then_stays():
+    constant = LearnerConfig(entropy_cost=0.02, entropy_cost_final=0.005)
+    assert float(optimise.scheduled_entropy_cost(constant, 10**9)) == pytest.approx(0.02)
+    scheduled = LearnerConfig(
+        entropy_cost=0.02, entropy_cost_final=0.005, entropy_cost_anneal_frames=1000
+    )
+    for frames, weight in [(0, 0.02), (400, 0.014), (1000, 0.005), (10**9, 0.005)]:
+        assert float(optimise.scheduled_entropy_cost(scheduled, frames)) == pytest.approx(weight)
+
+
+def test_a_step_weighs_the_entropy_bonus_as_the_schedule_says_at_its_frames():
+    rng = np.random.default_rng(4)
+    batch = _batch(rng)
+    # The loss is taken before the update, so fresh agents with the same weights show the
+    # weight alone: a quarter of the way from 0.02 to 0.0, then past the schedule's end.
+    entropy_terms = {}
+    for name, entropy_cost_anneal_frames, frames in [
+        ("constant", 0, 0),
+        ("quarter", 4000, 1000),
+        ("after", 4000, 9000),
+    ]:
+        config = LearnerConfig(
+            entropy_cost=0.02,
+            entropy_cost_final=0.004,
+            entropy_cost_anneal_frames=entropy_cost_anneal_frames,
+        )
+        stats = optimise.Trainer(_mlp_agent(seed=5), config).step(batch, frames=frames)
+        entropy_terms[name] = (stats["loss/entropy"], stats["entropy_cost"])
+    constant, constant_weight = entropy_terms["constant"]
+    assert constant < 0 and constant_weight == pytest.approx(0.02)
+    assert entropy_terms["quarter"][1] == pytest.approx(0.016)
+    assert entropy_terms["quarter"][0] == pytest.approx(constant * 0.8, rel=1e-5)
+    assert entropy_terms["after"][1] == pytest.approx(0.004)
+    assert entropy_terms["after"][0] == pytest.approx(constant * 0.2, rel=1e-5)
+
+
 def test_step_reduces_loss_on_a_fixed_batch():
     rng = np.random.default_rng(1)
     agent = _mlp_agent()
@@ -400,6 +436,16 @@ def test_create_optimizer_slots_keeps_weights():
         ("learning_rate", float("nan"), "--learning_rate=nan: must be a finite number > 0"),
         ("learning_rate", float("inf"), "--learning_rate=inf: must be a finite number > 0"),
         ("entropy_cost", float("inf"), "--entropy_cost=inf: must be a finite number >= 0"),
+        (
+            "entropy_cost_final",
+            -0.01,
+            "--entropy_cost_final=-0.01: must be a finite number >= 0",
+        ),
+        (
+            "entropy_cost_anneal_frames",
+            -1,
+            "--entropy_cost_anneal_frames=-1: must be >= 0 (0: --entropy_cost throughout)",
+        ),
         ("baseline_cost", float("nan"), "--baseline_cost=nan: must be a finite number >= 0"),
         ("gradients_clipping", float("nan"), "--gradients_clipping=nan: must be a number"),
         ("decay", float("nan"), "--decay=nan: must be in [0, 1)"),
