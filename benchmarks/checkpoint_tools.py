@@ -6,17 +6,20 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import flags
 
-import networks
-from impala.evaluation import restore
+if TYPE_CHECKING:
+    import networks
 
 
 def restore_checkpoint(checkpoint: str) -> tuple[str, dict[str, Any], networks.Agent]:
     """The checkpoint a run folder, checkpoints folder or checkpoint path names, what it was
     trained on, and its agent; a one-line ValueError if there is none or it is not one."""
+    # TensorFlow loads here, not when the script starts: a bad flag is refused before it.
+    from impala.evaluation import restore
+
     path = restore.resolve_checkpoint(checkpoint)
     identity = restore.read_identity(path)
     return path, identity, restore.restore_agent(path, identity)

@@ -44,9 +44,6 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import checkpoint_tools
-from impala import envs
-from impala.evaluation import restore
-from impala.evaluation.play import Policy
 
 FLAGS = flags.FLAGS
 
@@ -144,6 +141,11 @@ def play_games(
 ) -> tuple[str, list[list[Point]], np.ndarray, list[Sight]]:
     """The checkpoint's path, the points of each of `num_games` games, the emulator frames
     (no-ops and FIRE) each game started with, and what the network saw and expected in each."""
+    # The ML stack loads here, once the flags are checked (`checkpoint_tools`).
+    from impala import envs
+    from impala.evaluation import restore
+    from impala.evaluation.play import Policy
+
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     if "Pong" not in str(identity.get("level_name")):
         raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")

@@ -23,9 +23,6 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import checkpoint_tools
-from impala import envs
-from impala.evaluation import restore
-from impala.evaluation.play import Policy
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer(
@@ -52,6 +49,11 @@ def play_games(
     repeat_action_probability: float = 0.0,
 ) -> list[list]:
     """Each environment's scores, in the order its games ended ([num_envs] lists)."""
+    # The ML stack loads here, once the flags are checked (`checkpoint_tools`).
+    from impala import envs
+    from impala.evaluation import restore
+    from impala.evaluation.play import Policy
+
     path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
     config = restore.environment_config(identity, num_envs, seed, repeat_action_probability)
     scores = collections.defaultdict(list)
