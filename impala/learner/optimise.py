@@ -14,13 +14,17 @@ from impala.learner.loss import compute_loss
 from impala.trajectory import Batch
 
 
+def _linear(start: float, end: float, frames: int | tf.Tensor, horizon: int) -> tf.Tensor:
+    """`start` moving linearly to `end` over the first `horizon` frames, then `end`."""
+    done = tf.clip_by_value(tf.cast(frames, tf.float64) / float(horizon), 0.0, 1.0)
+    return tf.cast(start * (1.0 - done) + end * done, tf.float32)
+
+
 def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
     """The learning rate decays linearly from `learning_rate` to 0 at
     `learning_rate_anneal_frames` frames, or at the frame budget if that is 0."""
     horizon = config.learning_rate_anneal_frames or config.total_environment_frames
-    progress = tf.cast(frames, tf.float64) / float(horizon)
-    remaining = tf.clip_by_value(1.0 - progress, 0.0, 1.0)
-    return tf.cast(config.learning_rate * remaining, tf.float32)
+    return _linear(config.learning_rate, 0.0, frames, horizon)
 
 
 def scheduled_entropy_cost(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
@@ -29,10 +33,12 @@ def scheduled_entropy_cost(config: LearnerConfig, frames: int | tf.Tensor) -> tf
     if that is 0."""
     if config.entropy_cost_anneal_frames == 0:
         return tf.constant(config.entropy_cost, tf.float32)
-    progress = tf.cast(frames, tf.float64) / float(config.entropy_cost_anneal_frames)
-    done = tf.clip_by_value(progress, 0.0, 1.0)
-    cost = config.entropy_cost + (config.entropy_cost_final - config.entropy_cost) * done
-    return tf.cast(cost, tf.float32)
+    return _linear(
+        config.entropy_cost,
+        config.entropy_cost_final,
+        frames,
+        config.entropy_cost_anneal_frames,
+    )
 
 
 def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Optimizer:
