@@ -441,6 +441,8 @@ def test_create_optimizer_slots_keeps_weights():
             -0.01,
             "--entropy_cost_final=-0.01: must be a finite number >= 0",
         ),
+        ("entropy_cost_final", float("nan"), "--entropy_cost_final=nan: must be a finite number"),
+        ("entropy_cost_final", float("inf"), "--entropy_cost_final=inf: must be a finite number"),
         (
             "entropy_cost_anneal_frames",
             -1,
