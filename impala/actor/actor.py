@@ -45,7 +45,7 @@ class Actor:
         self._agent = agent
         self._unroll_length = unroll_length
         self._rng = tf.random.Generator.from_seed(seed)
-        self._policy = tf.function(self._policy_step)
+        self._policy = tf.function(self._policy_step, autograph=False)  # no tensor control flow
         self._core_state = agent.initial_state(env.num_envs)
         self.weight_version = -1
         first = env.reset()

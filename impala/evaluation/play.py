@@ -57,7 +57,7 @@ class Policy:
         self._greedy = greedy
         self._seed = seed
         self._rngs: list[np.random.Generator] = []
-        self._step = tf.function(agent.__call__)
+        self._step = tf.function(agent.__call__, autograph=False)  # no tensor control flow
         self._state = None
         self._prev_action = None
         self.baseline: np.ndarray | None = None  # the last call's value estimates, float32 [B]
