@@ -86,7 +86,7 @@ class Trainer:
         self.optimizer = make_optimizer(config, self.learning_rate)
         self.entropy_cost = tf.Variable(config.entropy_cost, trainable=False, dtype=tf.float32)
         # Without autograph: the step's control flow is Python on the config, and converting
-        # Horovod's gradient tape was most of a two-learner run's wait for its first step.
+        # Horovod's gradient tape was half of a two-learner run's wait for its first step.
         self._train_step = tf.function(self._step, autograph=False)
 
     def create_optimizer_slots(self) -> None:
