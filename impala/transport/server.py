@@ -306,7 +306,7 @@ class LearnerService:
 
     def _serve_in_line(self, actor_task):
         """Records that `actor_task` asks for room; whether the store has room and no actor
-        still asking has waited longer, which ends this actor's wait."""
+        still asking has waited longer."""
         task = tf.cast(actor_task, tf.int64)
         now = tf.timestamp()
         asked = tf.reshape(self._room_asks.lookup(task), [2])
@@ -318,13 +318,10 @@ class LearnerService:
         asking = asks[:, 1] >= now - ROOM_ASKING_SECS
         first = began <= tf.reduce_min(tf.where(asking, asks[:, 0], np.inf))
 
-        def served():
-            with tf.control_dependencies([self._room_asks.remove(tf.reshape(task, [1]))]):
-                return tf.constant(True)
-
-        return tf.cond(
-            tf.logical_and(first, self._store.has_room()), served, lambda: tf.constant(False)
-        )
+        # Served, the actor keeps its place until its unroll arrives (`_enqueue` ends its wait)
+        # or it stops asking: another actor given the same room in between would send its
+        # megabytes only to meet a full store, or take the room from the actor that waited.
+        return tf.logical_and(first, self._store.has_room())
 
     def _enqueue(self, secret, actor_task, weight_version, *fields):
         """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
@@ -343,12 +340,15 @@ class LearnerService:
             # a call's deadline the RPC layer reconnects an actor on its own, unchecked by this
             # learner. Asked before the other checks, so that such an actor hears of a changed
             # spec from the hello it is sent back to (not as one refused chunk after another).
-            welcomed = self._welcomes.lookup(tf.cast(actor_task, tf.int64)) > 0
-            return tf.cond(
-                self._owns(actor_task) & tf.logical_not(welcomed),
-                lambda: tf.constant(UNKNOWN_ACTOR),
-                checked,
-            )
+            task = tf.cast(actor_task, tf.int64)
+            welcomed = self._welcomes.lookup(task) > 0
+            # Whatever the answer, this actor no longer waits for room (see `_serve_in_line`).
+            with tf.control_dependencies([self._room_asks.remove(tf.reshape(task, [1]))]):
+                return tf.cond(
+                    self._owns(actor_task) & tf.logical_not(welcomed),
+                    lambda: tf.constant(UNKNOWN_ACTOR),
+                    checked,
+                )
 
         return tf.cond(
             self._authorized(secret),

@@ -443,14 +443,32 @@ def _two_actors_at_a_full_queue(make_service, seed):
 def test_room_goes_to_the_actor_that_has_waited_longest(make_service):
     # Answered by who asks first, an actor that pauses longer between asks (after long waits)
     # lost the race for room again and again: 25 unrolls against 94 in one make bench run.
-    service, _, first, second = _two_actors_at_a_full_queue(make_service, 31)
+    service, rng, first, second = _two_actors_at_a_full_queue(make_service, 31)
     assert _ask_room(first) == QUEUE_FULL  # actor 0 begins to wait
     time.sleep(0.05)
     assert _ask_room(second) == QUEUE_FULL  # then actor 1
     service.dequeue(2)
     assert _ask_room(second) == QUEUE_FULL, "room went past the actor that waited longer"
     assert _ask_room(first) == ACCEPTED
+    # The room is actor 0's until its unroll arrives, even if actor 1 asks in between.
+    assert _ask_room(second) == QUEUE_FULL, "room given to one actor went to another too"
+    assert _ask_room(first) == ACCEPTED
+    first.send(_unroll(service.spec, 1, rng))  # one trajectory: room for one more
     assert _ask_room(second) == ACCEPTED  # first in line now, and the room is still there
+
+
+def test_room_given_to_an_actor_that_stops_asking_goes_to_the_next(make_service):
+    # An actor that died between being given room and sending holds the line no longer than
+    # one that died while waiting: ROOM_ASKING_SECS.
+    service, _, gone, waiting = _two_actors_at_a_full_queue(make_service, 36)
+    assert _ask_room(gone) == QUEUE_FULL
+    time.sleep(0.05)
+    assert _ask_room(waiting) == QUEUE_FULL
+    service.dequeue(2)
+    assert _ask_room(gone) == ACCEPTED  # and it never sends
+    assert _ask_room(waiting) == QUEUE_FULL
+    time.sleep(ROOM_ASKING_SECS + 0.1)
+    assert _ask_room(waiting) == ACCEPTED
 
 
 def test_an_actor_that_stopped_asking_does_not_hold_up_the_line(make_service):
