@@ -68,6 +68,7 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         epsilon=FLAGS.epsilon,
         total_environment_frames=frames_flag("total_environment_frames"),
         learning_rate_anneal_frames=frames_flag("learning_rate_anneal_frames"),
+        learning_rate_cooldown_frames=frames_flag("learning_rate_cooldown_frames"),
         batch_reuse=FLAGS.batch_reuse,
     )
 

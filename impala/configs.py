@@ -50,6 +50,9 @@ class LearnerConfig:
     total_environment_frames: int = 200_000_000  # the frame budget
     # The learning rate anneals linearly to 0 over this many frames; 0: over the frame budget.
     learning_rate_anneal_frames: int = 0
+    # The rate holds at `learning_rate` until this many frames before the anneal's end, then
+    # falls linearly to 0 over them; 0, or more than the anneal's frames: it falls throughout.
+    learning_rate_cooldown_frames: int = 0
     batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
 
     def __post_init__(self):
@@ -144,6 +147,12 @@ class LearnerConfig:
             "learning_rate_anneal_frames",
             self.learning_rate_anneal_frames,
             "must be >= 0 (0: the frame budget)",
+        )
+        _require(
+            self.learning_rate_cooldown_frames >= 0,
+            "learning_rate_cooldown_frames",
+            self.learning_rate_cooldown_frames,
+            "must be >= 0 (0: the rate falls from the start)",
         )
 
 

@@ -139,6 +139,14 @@ flags.DEFINE_float(
     "--total_environment_frames). A run stopped before it trains with the schedule of a longer "
     "one.",
 )
+flags.DEFINE_float(
+    "learning_rate_cooldown_frames",
+    0,
+    "The learning rate holds at --learning_rate until this many emulator frames before the end "
+    "of its anneal, then falls linearly to 0 over them (0, or as many as the anneal's: it falls "
+    "from the start, PPO's schedule): a rate that stays up while the policy is being learned "
+    "and steadies it at the end.",
+)
 flags.DEFINE_integer("batch_size", 16, "Trajectories per learner batch (the paper: 32).")
 flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
 flags.DEFINE_integer(
@@ -278,6 +286,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "policy_clip": 0.0,
         "policy_clip_center": "behaviour",
         "learning_rate_anneal_frames": 0.0,
+        "learning_rate_cooldown_frames": 0.0,
         "discounting": 0.99,
         "entropy_cost": 0.01,
         "entropy_cost_anneal_frames": 0.0,

@@ -85,7 +85,12 @@ def test_the_paper_preset_trains_the_papers_shallow_network_and_a_given_network_
 
 @pytest.mark.parametrize(
     "flag",
-    ["total_environment_frames", "learning_rate_anneal_frames", "entropy_cost_anneal_frames"],
+    [
+        "total_environment_frames",
+        "learning_rate_anneal_frames",
+        "learning_rate_cooldown_frames",
+        "entropy_cost_anneal_frames",
+    ],
 )
 @pytest.mark.parametrize("value", ["inf", "nan", "0.5", "-0.5"])
 def test_a_frame_count_that_is_not_a_whole_number_is_a_one_line_error(flag, value):

@@ -1,5 +1,6 @@
 """The IMPALA loss terms, reward clipping, the learning-rate schedule and the optimisation step."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -301,6 +302,24 @@ def test_learning_rate_anneals_linearly_to_zero():
     assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
 
 
+def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_anneals_end():
+    config = LearnerConfig(
+        learning_rate=0.001, total_environment_frames=1000, learning_rate_cooldown_frames=400
+    )
+    for frames, rate in [(0, 0.001), (600, 0.001), (700, 0.00075), (900, 0.00025), (1000, 0.0)]:
+        assert float(optimise.annealed_learning_rate(config, frames)) == pytest.approx(rate)
+    assert float(optimise.annealed_learning_rate(config, 5000)) == 0.0
+    # The anneal's own horizon ends it, not the budget.
+    longer = dataclasses.replace(config, learning_rate_anneal_frames=4000)
+    assert float(optimise.annealed_learning_rate(longer, 3600)) == pytest.approx(0.001)
+    assert float(optimise.annealed_learning_rate(longer, 3800)) == pytest.approx(0.0005)
+    # A cooldown as long as the anneal or longer (a short run of a long-cooldown schedule)
+    # falls from the start, as without one.
+    for cooldown in (1000, 10**9):
+        whole = dataclasses.replace(config, learning_rate_cooldown_frames=cooldown)
+        assert float(optimise.annealed_learning_rate(whole, 250)) == pytest.approx(0.00075)
+
+
 def test_the_entropy_weight_follows_its_schedule_and_then_stays():
     constant = LearnerConfig(entropy_cost=0.02, entropy_cost_final=0.005)
     assert float(optimise.scheduled_entropy_cost(constant, 10**9)) == pytest.approx(0.02)
@@ -429,6 +448,7 @@ def test_create_optimizer_slots_keeps_weights():
         ("vtrace_lambda", -0.5, "--vtrace_lambda=-0.5: must be in [0, 1]"),
         ("policy_clip", 1.0, "--policy_clip=1.0: must be in [0, 1)"),
         ("learning_rate_anneal_frames", -1, "--learning_rate_anneal_frames=-1: must be >= 0"),
+        ("learning_rate_cooldown_frames", -1, "--learning_rate_cooldown_frames=-1: must be >= 0"),
         ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
         ("policy_clip_center", "mu", "--policy_clip_center=mu: must be one of behaviour, learner"),
         ("epsilon", 0.0, "--epsilon=0.0"),
