@@ -16,6 +16,9 @@ two figures that say whether the network can tell the two apart:
     two frames and shows twice, in the other it shows once whatever it does;
   * the network's value estimate over each game's first 50 steps, before the first point: a
     network that sees the parity expects less of the parity it loses.
+Then the games by their first frame modulo 4, which the frame skip keeps all game long too:
+a policy can also win the games of one phase and lose those of the other phase of the same
+parity.
 Then, for the games won and the games lost apart:
   * the points lost without the agent's paddle touching the ball (a policy that misses the
     ball) against all points lost (a policy that returns it and loses the rally);
@@ -228,6 +231,16 @@ def report(
                 f"the first {OPENING_STEPS} steps {opening:+.3f}"
             )
         lines.append(line)
+    # Within a parity, a game's start frame modulo 4 is also kept all game long (each step is
+    # 4 frames): a policy can win the games of one such phase and lose those of its twin.
+    phases = []
+    for phase in range(4):
+        chosen = [i for i, frame in enumerate(start_frames) if frame % 4 == phase]
+        scores = [_score(games[i]) for i in chosen]
+        if scores:
+            won = sum(score > 0 for score in scores)
+            phases.append(f"{phase}: {len(scores)} (mean {np.mean(scores):+.1f}, {won} won)")
+    lines.append("  games by their first frame modulo 4: " + "; ".join(phases))
     for name, chosen in (
         ("games won", [g for g in games if _score(g) > 0]),
         ("games lost", [g for g in games if _score(g) <= 0]),

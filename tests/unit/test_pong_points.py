@@ -56,6 +56,7 @@ def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serv
         "  game   1: -20 (from frame  4)  " + "l" * 15 + "W" + "l" * 6,
         "  games from an odd frame: 1 (mean +1.0, 1 won)",
         "  games from an even frame: 1 (mean -20.0, 0 won)",
+        "  games by their first frame modulo 4: 0: 1 (mean -20.0, 0 won); 1: 1 (mean +1.0, 1 won)",
         "  games won (1):",
         "    points lost without touching the ball: 0 of 20",
         "    won, each game's first point: 100% of 1 (0 lost without touching the ball; "
@@ -118,3 +119,26 @@ def test_report_adds_what_the_network_saw_in_each_parity():
         "  games from an even frame: 2 (mean -21.0, 0 won); paddle shown at two heights in "
         "50.0% of steps; value over the first 50 steps -0.500",
     ]
+
+
+def test_the_computers_paddle_keeps_a_four_frame_cycle_that_a_game_meets_at_one_phase():
+    # Why the report also splits games by their first frame modulo 4: the frame skip of 4
+    # keeps that phase all game long, and the computer's paddle (RAM byte 50, its height)
+    # moves more often on one of the two even phases of its cycle than on the other.
+    env = gym.make("PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0)
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            ale = env.unwrapped.ale
+            actions = np.random.default_rng(seed).integers(env.action_space.n, size=3000)
+            moves = np.zeros(4, int)
+            height = ale.getRAM()[50]
+            for action in actions:
+                ale.act(int(action))
+                if ale.getRAM()[50] != height:
+                    moves[ale.getEpisodeFrameNumber() % 4] += 1
+                height = ale.getRAM()[50]
+            even = sorted(moves[[0, 2]])
+            assert even[1] > 1.5 * even[0] > 0, moves
+    finally:
+        env.close()
