@@ -207,6 +207,13 @@ def _score(points: list[Point]) -> int:
     return sum(1 if p.won else -1 for p in points)
 
 
+def _tally(games: list[list[Point]]) -> str:
+    """How many games, their mean score and how many were won, e.g. "4 (mean +2.0, 3 won)"."""
+    scores = [_score(points) for points in games]
+    mean = f"mean {np.mean(scores):+.1f}, " if scores else ""
+    return f"{len(scores)} ({mean}{sum(score > 0 for score in scores)} won)"
+
+
 def report(
     path: str, games: list[list[Point]], start_frames, sights: list[Sight] | None = None
 ) -> list[str]:
@@ -218,10 +225,7 @@ def report(
     # two-frame cycles: the same action moves it differently in odd and even games.
     for parity, name in ((1, "odd"), (0, "even")):
         chosen = [i for i, frame in enumerate(start_frames) if frame % 2 == parity]
-        scores = [_score(games[i]) for i in chosen]
-        mean = f"mean {np.mean(scores):+.1f}, " if scores else ""
-        won = sum(score > 0 for score in scores)
-        line = f"  games from an {name} frame: {len(scores)} ({mean}{won} won)"
+        line = f"  games from an {name} frame: {_tally([games[i] for i in chosen])}"
         if sights and chosen:
             steps = sum(sights[i].steps for i in chosen)
             paddle_twice = sum(sights[i].paddle_twice for i in chosen) / steps
@@ -235,11 +239,9 @@ def report(
     # 4 frames): a policy can win the games of one such phase and lose those of its twin.
     phases = []
     for phase in range(4):
-        chosen = [i for i, frame in enumerate(start_frames) if frame % 4 == phase]
-        scores = [_score(games[i]) for i in chosen]
-        if scores:
-            won = sum(score > 0 for score in scores)
-            phases.append(f"{phase}: {len(scores)} (mean {np.mean(scores):+.1f}, {won} won)")
+        chosen = [g for g, frame in zip(games, start_frames, strict=True) if frame % 4 == phase]
+        if chosen:
+            phases.append(f"{phase}: {_tally(chosen)}")
     lines.append("  games by their first frame modulo 4: " + "; ".join(phases))
     for name, chosen in (
         ("games won", [g for g in games if _score(g) > 0]),
