@@ -216,9 +216,12 @@ def _frames_logged(log: str) -> int:
     return max([0, *progress_frames(log), *saved])
 
 
-def _actor_recoveries(run: _Run, kills: list[tuple[int, float]]) -> list[float]:
-    """Seconds from each actor kill to that actor acting again (its next 'acting' line)."""
-    recoveries = []
+def _actor_recoveries(
+    run: _Run, kills: list[tuple[int, float]], ended: float
+) -> tuple[list[float], list[float]]:
+    """Seconds from each actor kill to that actor acting again (its next 'acting' line), and
+    for the kills after which it never did, seconds from the kill to the run's end."""
+    recoveries, silent = [], []
     for task, when in kills:
         acting = [
             _seconds_of_day(line[:8])
@@ -229,7 +232,9 @@ def _actor_recoveries(run: _Run, kills: list[tuple[int, float]]) -> list[float]:
         after = [t - killed for t in acting if t - killed >= 0]
         if after:
             recoveries.append(min(after))
-    return recoveries
+        else:
+            silent.append(round(ended - when, 1))
+    return recoveries, silent
 
 
 def _seconds_of_day(clock: str) -> int:
@@ -268,10 +273,10 @@ def inject(logdir: str, experiment: str) -> dict:
         code = None
     finally:
         run.stop()
-    return _figures(run, code, actor_kills, learner_kill)
+    return _figures(run, code, actor_kills, learner_kill, ended=time.monotonic())
 
 
-def _figures(run, code, actor_kills, learner_kill) -> dict:
+def _figures(run, code, actor_kills, learner_kill, ended: float) -> dict:
     output, log = _read(run.output_path), run.log()
     summaries = [
         json.loads(_read(os.path.join(run.run_dir, f"learner_{rank}.json")) or "null")
@@ -291,8 +296,11 @@ def _figures(run, code, actor_kills, learner_kill) -> dict:
         "frames": [s and s["frames"] for s in summaries],
         "budget_reached": all(s and s["frames"] >= run.frames for s in summaries),
         "learners_identical": len({s and s["weights_sha256"] for s in summaries}) == 1,
-        "actor_recovery_secs": _actor_recoveries(run, actor_kills),
     }
+    # An actor killed near the end may not start and act again before the budget is reached.
+    figures["actor_recovery_secs"], figures["actor_silent_until_end_secs"] = _actor_recoveries(
+        run, actor_kills, ended
+    )
     resumed = _RESUMED.findall(log)
     if learner_kill is not None and resumed:
         killed_at, frames_at_kill = learner_kill
@@ -368,6 +376,10 @@ def report(figures: dict) -> None:
                 else "(no actor log line found)"
             )
             + " after theirs"
+            + "".join(
+                f"; an actor killed {secs:g} s before the end did not act again"
+                for secs in figures["actor_silent_until_end_secs"]
+            )
         )
     print(
         f"[faults] budget {figures['budget']:,} frames "

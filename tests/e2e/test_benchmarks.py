@@ -272,21 +272,25 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         sight,
     ).groups()
     assert 0 <= float(shown) <= 100 and abs(float(value)) < 100
-    assert lines[4:6] == ["  games won (0):", "  games lost (1):"]
-    untouched, lost = lines[6].split(": ")[1].split(" of ")
-    assert lines[6].startswith("    points lost without touching the ball: ")
+    # The frame skip keeps the start frame modulo 4 too: the game is counted in its phase.
+    assert lines[4] == (
+        f"  games by their first frame modulo 4: {start % 4}: 1 (mean {int(score):+.1f}, 0 won)"
+    )
+    assert lines[5:7] == ["  games won (0):", "  games lost (1):"]
+    untouched, lost = lines[7].split(": ")[1].split(" of ")
+    assert lines[7].startswith("    points lost without touching the ball: ")
     assert int(lost) == 21 and 0 < int(untouched) <= 21
     # A game opens with a serve to the computer, going down (README: the point a good policy
     # loses most).
     first = re.fullmatch(
         r"    won, each game's first point: (0|100)% of 1 \(([01]) lost without touching the "
         r"ball; served (.*) in 1\)",
-        lines[7],
+        lines[8],
     )
-    assert first and first[3] == "to the computer going down", lines[7]
+    assert first and first[3] == "to the computer going down", lines[8]
     assert (first[1] == "100") == (outcomes[0] == "W")
     # Every point after the first is served to the loser of the one before.
-    served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[8:10] if "of" in line)
+    served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[9:11] if "of" in line)
     assert served_to_agent == outcomes[:-1].count("l")
     cartpole = _run(str(tmp_path / "none"), script="pong_points")
     assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr

@@ -50,7 +50,13 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
     assert 0 <= figures["training_secs_lost"] <= figures["save_every_secs"] + 1
     assert figures["frames_lost"] >= 0
     assert figures["learner_recovery_secs"] is not None
-    assert len(figures["actor_recovery_secs"]) >= 8  # actors that acted again after a kill
+    # Every killed actor acted again, unless it was killed so near the end that the run finished
+    # first: sooner than the slowest recovery seen (a restart imports TensorFlow and connects
+    # again, 17-38 s on a loaded 2-core machine, where the last kills come 20 s from the end).
+    recoveries, silent = figures["actor_recovery_secs"], figures["actor_silent_until_end_secs"]
+    assert len(recoveries) + len(silent) == figures["actor_kills"]
+    assert len(recoveries) >= figures["actor_kills"] // 2, (recoveries, silent)
+    assert all(secs < max(recoveries) + 5 for secs in silent), (recoveries, silent)
     assert "[faults] actor kills survived: " in completed.stdout
 
 
