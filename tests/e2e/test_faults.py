@@ -52,7 +52,7 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
     assert figures["learner_recovery_secs"] is not None
     # Every killed actor acted again, unless it was killed so near the end that the run finished
     # first: sooner than the slowest recovery seen (a restart imports TensorFlow and connects
-    # again, 17-38 s on a loaded 2-core machine, where the last kills come 20 s from the end).
+    # again: up to 38 s in a CI run, 84 s beside a Pong run on 2 cores).
     recoveries, silent = figures["actor_recovery_secs"], figures["actor_silent_until_end_secs"]
     assert len(recoveries) + len(silent) == figures["actor_kills"]
     assert len(recoveries) >= figures["actor_kills"] // 2, (recoveries, silent)
