@@ -18,8 +18,9 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       which that mean first reached each of `thresholds`, and frames/s (the
                       learner's steady rate and the overall rate, start-up included), the
                       policy lag its progress lines reported (median, 95th percentile and
-                      largest), and the score of `--test_games` games played with the final
-                      checkpoint as `experiment.py --mode=test` plays them.
+                      largest), the policy's entropy against the uniform policy's in each
+                      tenth of the frames, and the score of `--test_games` games played with
+                      the final checkpoint as `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
 again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
@@ -192,6 +193,7 @@ def results(
         "frames_per_second_steady": summary["frames_per_second_steady"],
         "frames_per_second_overall": summary["frames"] / wall_secs,
         "policy_lag": policy_lag(run_dir),
+        "policy_entropy": policy_entropy(run_dir, int(summary["frames"])),
         "wall_minutes": round(wall_secs / 60, 1),
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
@@ -212,6 +214,44 @@ def policy_lag(run_dir: str) -> dict | None:
         "max": round(float(np.max(lags)), 2),
         "steps": len(lags),
     }
+
+
+def policy_entropy(run_dir: str, frames: int) -> dict | None:
+    """How random the learner's policy was along the run: its mean entropy per agent step, as a
+    fraction of the uniform policy's (ln of the number of actions), averaged over the steps the
+    progress lines reported in each tenth of the run's `frames` (None for a tenth without one).
+
+    Read from the entropy term of the loss (`loss/entropy`: the entropy bonus's weight times the
+    negative entropy summed over a batch's `batch_size` x `unroll_length` steps, rank 0's batch)
+    and that weight (`loss/entropy_cost`), the batch shape in the run's flags and the number of
+    actions in its latest checkpoint. None if any of these is missing or the weight was 0.
+    """
+    from impala.evaluation import restore  # TensorFlow: only once training is over
+
+    scalars = plot.read_scalars(run_dir)
+    saved = run_folder.read_flags(run_dir) or {}
+    steps_per_batch = saved.get("batch_size", 0) * saved.get("unroll_length", 0)
+    if "loss/entropy" not in scalars or "loss/entropy_cost" not in scalars or not steps_per_batch:
+        return None
+    try:
+        identity = restore.read_identity(restore.resolve_checkpoint(run_dir))
+    except ValueError:
+        return None
+    steps, terms = scalars["loss/entropy"]
+    cost_steps, costs = scalars["loss/entropy_cost"]
+    if not np.array_equal(steps, cost_steps):
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        nats = -terms / costs / steps_per_batch
+    maximum = float(np.log(identity["num_actions"]))
+    usable = np.isfinite(nats) & (costs > 0)
+    tenths = []
+    for tenth in range(10):
+        inside = usable & (steps > tenth * frames / 10) & (steps <= (tenth + 1) * frames / 10)
+        tenths.append(round(float(np.mean(nats[inside])) / maximum, 3) if inside.any() else None)
+    if all(fraction is None for fraction in tenths):
+        return None
+    return {"maximum_nats": round(maximum, 4), "fraction_of_maximum_by_tenth": tenths}
 
 
 def test_checkpoint(run_dir: str, num_games: int) -> dict:
@@ -415,6 +455,15 @@ def main(argv: list[str]) -> int:
         print(
             f"[learning] policy lag: median {lag['median']}, 95th percentile {lag['p95']}, "
             f"largest {lag['max']} learner steps (over {lag['steps']} progress lines)"
+        )
+    if figures["policy_entropy"]:
+        tenths = ", ".join(
+            "-" if fraction is None else f"{fraction:.0%}"
+            for fraction in figures["policy_entropy"]["fraction_of_maximum_by_tenth"]
+        )
+        print(
+            f"[learning] policy entropy, of the uniform policy's, in each tenth of the "
+            f"frames: {tenths}"
         )
     if branched:
         since = figures["branched_from"]

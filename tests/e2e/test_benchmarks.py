@@ -67,6 +67,7 @@ def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     assert figures["frames_to_reach"] == {"0": 3000}
     assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
     assert figures["policy_lag"] is None  # no event files
+    assert figures["policy_entropy"] is None
 
 
 def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
@@ -81,6 +82,34 @@ def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
         "max": 11.0,
         "steps": 20,
     }
+
+
+def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
+    # A batch of 2 x 5 steps, 6 actions: the uniform policy's entropy term is -w * 10 * ln 6.
+    save_checkpoints(str(tmp_path), num_actions=6)
+    run_folder.write_flags(str(tmp_path), {"batch_size": 2, "unroll_length": 5})
+    uniform = 10 * np.log(6)
+    points = [  # (frames, entropy term, its weight)
+        (50, -0.01 * uniform, 0.01),  # the first tenth of 1,000 frames: uniform
+        (150, -0.005 * uniform * 0.8, 0.005),  # a falling weight is divided out
+        (250, -0.01 * uniform * 0.6, 0.01),
+        (280, -0.01 * uniform * 0.2, 0.01),  # two steps in one tenth: their mean, 0.4
+        (350, 0.0, 0.0),  # a weight of 0 says nothing of the entropy: no figure
+        (950, -0.02 * uniform * 0.5, 0.02),
+    ]
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for frames, term, weight in points:
+            tf.summary.scalar("loss/entropy", term, step=frames)
+            tf.summary.scalar("loss/entropy_cost", weight, step=frames)
+    writer.close()
+    entropy = learning.policy_entropy(str(tmp_path), 1000)
+    assert entropy["maximum_nats"] == round(np.log(6), 4)
+    nothing = [None] * 6
+    assert entropy["fraction_of_maximum_by_tenth"] == [1.0, 0.8, 0.4, *nothing, 0.5]
+    # Without the batch's shape in the run's flags, or with no checkpoint, there is no figure.
+    run_folder.write_flags(str(tmp_path), {})
+    assert learning.policy_entropy(str(tmp_path), 1000) is None
 
 
 def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
@@ -453,6 +482,12 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(
     assert resumed["resumed"] and not resumed["stopped_early"]
     assert resumed["frames"] == budget and resumed["games"] > figures["games"]
     assert resumed["test"]["games"] == 2
+    # The policy's entropy, against Catch's 3 actions, in each tenth of the whole run.
+    entropy = resumed["policy_entropy"]
+    assert entropy["maximum_nats"] == round(np.log(3), 4)
+    tenths = entropy["fraction_of_maximum_by_tenth"]
+    assert len(tenths) == 10 and tenths[-1] is not None
+    assert all(0 < fraction <= 1 for fraction in tenths if fraction is not None), tenths
     assert catch_bench.leftovers_after_finish == []
     # The curve file holds the whole run's games, as the curve it was drawn from.
     curve = plot.load_curve(str(out_dir / "curve.csv"), "catch", 20)
