@@ -171,6 +171,7 @@ def results(
     first_full = min(curve.window, len(curve.returns)) - 1
     with open(os.path.join(run_dir, "learner_0.json")) as f:
         summary = json.load(f)
+    scalars = plot.read_scalars(run_dir)  # the event files: read once, for both figures below
     return {
         "config": curve.name,
         "command": "python -m benchmarks.learning " + " ".join(argv[1:]),
@@ -192,19 +193,20 @@ def results(
         # None when the run took fewer than two steps.
         "frames_per_second_steady": summary["frames_per_second_steady"],
         "frames_per_second_overall": summary["frames"] / wall_secs,
-        "policy_lag": policy_lag(run_dir),
-        "policy_entropy": policy_entropy(run_dir, int(summary["frames"])),
+        "policy_lag": policy_lag(scalars),
+        "policy_entropy": policy_entropy(scalars, run_dir, int(summary["frames"])),
         "wall_minutes": round(wall_secs / 60, 1),
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
     }
 
 
-def policy_lag(run_dir: str) -> dict | None:
+def policy_lag(scalars: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict | None:
     """The policy lag (learner steps between acting and learning, a batch's mean) of the steps
     the learner's progress lines reported: its median, 95th percentile and largest value over
-    the run. None before any was written."""
-    _, lags = plot.read_scalars(run_dir).get("actors/policy_lag", (None, np.empty(0)))
+    the run, from the run folder's summaries (`plot.read_scalars`). None before any was
+    written."""
+    _, lags = scalars.get("actors/policy_lag", (None, np.empty(0)))
     lags = lags[np.isfinite(lags)]
     if not len(lags):
         return None
@@ -216,22 +218,28 @@ def policy_lag(run_dir: str) -> dict | None:
     }
 
 
-def policy_entropy(run_dir: str, frames: int) -> dict | None:
+def policy_entropy(
+    scalars: dict[str, tuple[np.ndarray, np.ndarray]], run_dir: str, frames: int
+) -> dict | None:
     """How random the learner's policy was along the run: its mean entropy per agent step, as a
     fraction of the uniform policy's (ln of the number of actions), averaged over the steps the
     progress lines reported in each tenth of the run's `frames` (None for a tenth without one).
 
     Read from the entropy term of the loss (`loss/entropy`: the entropy bonus's weight times the
     negative entropy summed over a batch's `batch_size` x `unroll_length` steps, rank 0's batch)
-    and that weight (`loss/entropy_cost`), the batch shape in the run's flags and the number of
-    actions in its latest checkpoint. None if any of these is missing or the weight was 0.
+    and that weight (`loss/entropy_cost`) in `scalars` (`plot.read_scalars(run_dir)`), the
+    batch shape in the run's flags and the number of actions in its latest checkpoint. None if
+    any of these is missing or the weight was 0.
     """
     from impala.evaluation import restore  # TensorFlow: only once training is over
 
-    scalars = plot.read_scalars(run_dir)
     saved = run_folder.read_flags(run_dir) or {}
-    steps_per_batch = saved.get("batch_size", 0) * saved.get("unroll_length", 0)
-    if "loss/entropy" not in scalars or "loss/entropy_cost" not in scalars or not steps_per_batch:
+    shape = [saved.get("batch_size"), saved.get("unroll_length")]
+    # flags.json is only read: a field that is not a positive whole number gives no figure.
+    if not all(type(size) is int and size > 0 for size in shape):
+        return None
+    steps_per_batch = shape[0] * shape[1]
+    if "loss/entropy" not in scalars or "loss/entropy_cost" not in scalars:
         return None
     try:
         identity = restore.read_identity(restore.resolve_checkpoint(run_dir))

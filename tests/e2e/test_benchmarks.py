@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
         for step, lag in enumerate([2.0] * 18 + [3.0, 11.0, float("nan")]):
             tf.summary.scalar("actors/policy_lag", lag, step=step)
     writer.close()
-    assert learning.policy_lag(str(tmp_path)) == {
+    assert learning.policy_lag(plot.read_scalars(str(tmp_path))) == {
         "median": 2.0,
         "p95": 3.4,
         "max": 11.0,
@@ -103,13 +104,28 @@ def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
             tf.summary.scalar("loss/entropy", term, step=frames)
             tf.summary.scalar("loss/entropy_cost", weight, step=frames)
     writer.close()
-    entropy = learning.policy_entropy(str(tmp_path), 1000)
+    scalars = plot.read_scalars(str(tmp_path))
+    entropy = learning.policy_entropy(scalars, str(tmp_path), 1000)
     assert entropy["maximum_nats"] == round(np.log(6), 4)
     nothing = [None] * 6
     assert entropy["fraction_of_maximum_by_tenth"] == [1.0, 0.8, 0.4, *nothing, 0.5]
-    # Without the batch's shape in the run's flags, or with no checkpoint, there is no figure.
-    run_folder.write_flags(str(tmp_path), {})
-    assert learning.policy_entropy(str(tmp_path), 1000) is None
+    # Without the batch's shape in the run's flags, or with a shape that is not two positive
+    # whole numbers (flags.json is a file anyone may edit), there is no figure, and no error.
+    for shape in (
+        {},
+        {"batch_size": 2},
+        {"batch_size": "2", "unroll_length": 5},
+        {"batch_size": 2, "unroll_length": 0},
+        {"batch_size": True, "unroll_length": 5},
+        {"batch_size": 2.0, "unroll_length": 5},
+        {"batch_size": -2, "unroll_length": -5},
+    ):
+        run_folder.write_flags(str(tmp_path), shape)
+        assert learning.policy_entropy(scalars, str(tmp_path), 1000) is None, shape
+    # Nor without a checkpoint to count the actions in.
+    run_folder.write_flags(str(tmp_path), {"batch_size": 2, "unroll_length": 5})
+    shutil.rmtree(tmp_path / "checkpoints")
+    assert learning.policy_entropy(scalars, str(tmp_path), 1000) is None
 
 
 def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
