@@ -69,6 +69,7 @@ def learner_config_from_flags() -> configs.LearnerConfig:
         total_environment_frames=frames_flag("total_environment_frames"),
         learning_rate_anneal_frames=frames_flag("learning_rate_anneal_frames"),
         learning_rate_cooldown_frames=frames_flag("learning_rate_cooldown_frames"),
+        learning_rate_cooldown_fraction=FLAGS.learning_rate_cooldown_fraction,
         batch_reuse=FLAGS.batch_reuse,
     )
 

@@ -53,6 +53,8 @@ class LearnerConfig:
     # The rate holds at `learning_rate` until this many frames before the anneal's end, then
     # falls linearly to 0 over them; 0, or more than the anneal's frames: it falls throughout.
     learning_rate_cooldown_frames: int = 0
+    # The cooldown as a share of the anneal's frames, unless `learning_rate_cooldown_frames` is set.
+    learning_rate_cooldown_fraction: float = 0.0
     batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
 
     def __post_init__(self):
@@ -153,6 +155,12 @@ class LearnerConfig:
             "learning_rate_cooldown_frames",
             self.learning_rate_cooldown_frames,
             "must be >= 0 (0: the rate falls from the start)",
+        )
+        _require(
+            0.0 <= self.learning_rate_cooldown_fraction <= 1.0,
+            "learning_rate_cooldown_fraction",
+            self.learning_rate_cooldown_fraction,
+            "must be in [0, 1]",
         )
 
 

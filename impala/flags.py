@@ -147,6 +147,14 @@ flags.DEFINE_float(
     "from the start, PPO's schedule): a rate that stays up while the policy is being learned "
     "and steadies it at the end.",
 )
+flags.DEFINE_float(
+    "learning_rate_cooldown_fraction",
+    0.0,
+    "--learning_rate_cooldown_frames as a share of the anneal's frames, so that the schedule "
+    "scales with the budget: 0.3 holds the rate for the first 70% of them and lets it fall "
+    "over the last 30% (0 or 1: it falls from the start). --learning_rate_cooldown_frames, "
+    "when not 0, takes its place.",
+)
 flags.DEFINE_integer("batch_size", 16, "Trajectories per learner batch (the paper: 32).")
 flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
 flags.DEFINE_integer(
@@ -287,6 +295,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "policy_clip_center": "behaviour",
         "learning_rate_anneal_frames": 0.0,
         "learning_rate_cooldown_frames": 0.0,
+        "learning_rate_cooldown_fraction": 0.0,
         "discounting": 0.99,
         "entropy_cost": 0.01,
         "entropy_cost_anneal_frames": 0.0,

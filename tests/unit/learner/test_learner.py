@@ -320,6 +320,33 @@ def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_annea
         assert float(optimise.annealed_learning_rate(whole, 250)) == pytest.approx(0.00075)
 
 
+def test_a_cooldown_given_as_a_share_of_the_anneal_scales_with_the_budget():
+    # On a 10M-frame budget, 0.3 is the 3M-frame cooldown exactly, at every frame count.
+    share = LearnerConfig(
+        learning_rate=0.001,
+        total_environment_frames=10_000_000,
+        learning_rate_cooldown_fraction=0.3,
+    )
+    frames = dataclasses.replace(
+        share, learning_rate_cooldown_fraction=0.0, learning_rate_cooldown_frames=3_000_000
+    )
+    for at in (0, 6_999_999, 7_000_000, 7_654_321, 9_999_999, 10_000_000, 10**9):
+        assert float(optimise.annealed_learning_rate(share, at)) == float(
+            optimise.annealed_learning_rate(frames, at)
+        )
+    # On a 200M-frame budget it holds for 140M frames, then falls over the last 60M.
+    longer = dataclasses.replace(share, total_environment_frames=200_000_000)
+    for at, rate in [(10_000_000, 0.001), (140_000_000, 0.001), (170_000_000, 0.0005)]:
+        assert float(optimise.annealed_learning_rate(longer, at)) == pytest.approx(rate)
+    # A share of 1 falls from the start, PPO's schedule.
+    whole = dataclasses.replace(share, learning_rate_cooldown_fraction=1.0)
+    assert float(optimise.annealed_learning_rate(whole, 2_500_000)) == pytest.approx(0.00075)
+    # A cooldown in frames takes the share's place.
+    both = dataclasses.replace(share, learning_rate_cooldown_frames=1_000_000)
+    assert float(optimise.annealed_learning_rate(both, 8_500_000)) == pytest.approx(0.001)
+    assert float(optimise.annealed_learning_rate(both, 9_500_000)) == pytest.approx(0.0005)
+
+
 def test_the_entropy_weight_follows_its_schedule_and_then_stays():
     constant = LearnerConfig(entropy_cost=0.02, entropy_cost_final=0.005)
     assert float(optimise.scheduled_entropy_cost(constant, 10**9)) == pytest.approx(0.02)
@@ -449,6 +476,16 @@ def test_create_optimizer_slots_keeps_weights():
         ("policy_clip", 1.0, "--policy_clip=1.0: must be in [0, 1)"),
         ("learning_rate_anneal_frames", -1, "--learning_rate_anneal_frames=-1: must be >= 0"),
         ("learning_rate_cooldown_frames", -1, "--learning_rate_cooldown_frames=-1: must be >= 0"),
+        (
+            "learning_rate_cooldown_fraction",
+            1.5,
+            "--learning_rate_cooldown_fraction=1.5: must be in [0, 1]",
+        ),
+        (
+            "learning_rate_cooldown_fraction",
+            float("nan"),
+            "--learning_rate_cooldown_fraction=nan: must be in [0, 1]",
+        ),
         ("policy_clip", float("nan"), "--policy_clip=nan: must be in [0, 1)"),
         ("policy_clip_center", "mu", "--policy_clip_center=mu: must be one of behaviour, learner"),
         ("epsilon", 0.0, "--epsilon=0.0"),
