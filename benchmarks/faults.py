@@ -63,6 +63,7 @@ RUN_FLAGS = (
 _PROGRESS = re.compile(r"^(\d\d:\d\d:\d\d) frames ([\d.]+)([kM]?)/")
 _RESUMED = re.compile(r"resumed from (\S+): (\d+) frames done")
 _CHECKPOINT = re.compile(r"^(\d\d:\d\d:\d\d) checkpoint \S+ at (\d+) frames")
+_DONE = re.compile(r"^(\d\d:\d\d:\d\d) done: ", re.MULTILINE)
 _SUFFIX = {"": 1, "k": 1_000, "M": 1_000_000}
 
 
@@ -220,7 +221,12 @@ def _actor_recoveries(
     run: _Run, kills: list[tuple[int, float]], ended: float
 ) -> tuple[list[float], list[float]]:
     """Seconds from each actor kill to that actor acting again (its next 'acting' line), and
-    for the kills after which it never did, seconds from the kill to the run's end."""
+    for the kills after which it never did, seconds from the kill to the end of the training:
+    the learners' "done" line (whole seconds), else `ended`. Not run_local.py's exit, which
+    comes up to its stop timeout later when an actor started again waits for a learner that
+    has finished."""
+    done = _DONE.findall(run.log())
+    finished = _seconds_of_day(done[-1]) if done else _clock(ended)
     recoveries, silent = [], []
     for task, when in kills:
         acting = [
@@ -233,7 +239,7 @@ def _actor_recoveries(
         if after:
             recoveries.append(min(after))
         else:
-            silent.append(round(ended - when, 1))
+            silent.append(finished - killed)
     return recoveries, silent
 
 
@@ -377,7 +383,7 @@ def report(figures: dict) -> None:
             )
             + " after theirs"
             + "".join(
-                f"; an actor killed {secs:g} s before the end did not act again"
+                f"; an actor killed {secs:g} s before the learners finished did not act again"
                 for secs in figures["actor_silent_until_end_secs"]
             )
         )
