@@ -16,6 +16,9 @@ Prints, in agent steps/s and emulator frames/s:
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
              steady state after start-up, and its fraction of the ceiling;
+The stages are measured before the end-to-end run and again after it, and the ratio is given
+against the mean of the two ceilings and against each: a shared machine's speed drifts over
+the minutes of a run, and the two ceilings show by how much.
   learner    where the end-to-end learner's steady-state time went: its train steps (and
              their time per batch against the train stage's alone), waiting for a full
              batch, and everything else it does between steps;
@@ -151,6 +154,39 @@ def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: f
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Stages:
+    """The three stages, each measured alone."""
+
+    env: Stage
+    inference: Stage
+    train: Stage
+
+    @property
+    def ceiling(self) -> float:
+        """Agent steps/s of a pipeline doing the three one after another."""
+        return 1.0 / sum(
+            1.0 / stage.steps_per_second for stage in (self.env, self.inference, self.train)
+        )
+
+
+def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, object, int]:
+    """The stages with experiment.py's flags; the agent (built here unless given) and the
+    emulator frames per agent step."""
+    env, num_actions, shape, dtype, frames_per_step = measure_env(
+        FLAGS.level_name,
+        FLAGS.num_envs_per_actor,
+        FLAGS.num_action_repeats,
+        FLAGS.seconds,
+        FLAGS.repeat_action_probability,
+        FLAGS.frame_skip,
+    )
+    agent = agent or build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
+    inference = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
+    train = measure_train(agent, shape, dtype, config, FLAGS.seconds)
+    return Stages(env, inference, train), agent, frames_per_step
+
+
 def measure_end_to_end(frames: float) -> dict:
     """Runs run_local.py with the make-train set-up; returns the learner's summary."""
     with tempfile.TemporaryDirectory() as runs:
@@ -200,33 +236,41 @@ def main(argv):
         f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} "
         f"optimisation step(s) per batch"
     )
-    env, num_actions, shape, dtype, frames_per_step = measure_env(
-        FLAGS.level_name,
-        FLAGS.num_envs_per_actor,
-        FLAGS.num_action_repeats,
-        FLAGS.seconds,
-        FLAGS.repeat_action_probability,
-        FLAGS.frame_skip,
-    )
-    agent = build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
-    inference = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
-    train = measure_train(agent, shape, dtype, config, FLAGS.seconds)
-    ceiling = 1.0 / sum(1.0 / stage.steps_per_second for stage in (env, inference, train))
+    # Measured before and after the end-to-end run: a shared machine's speed drifts over its
+    # minutes, and the two ceilings show by how much.
+    before, agent, frames_per_step = measure_stages(config)
     summary = measure_end_to_end(FLAGS.e2e_frames)
+    after, _, _ = measure_stages(config, agent)
     e2e = summary["frames_per_second_steady"] / frames_per_step
+    ceilings = [before.ceiling, after.ceiling]
+    ceiling = float(np.mean(ceilings))
 
-    def row(name, steps_per_second):
-        frames = steps_per_second * frames_per_step
-        print(f"  {name:<24} {steps_per_second:>9,.0f} agent steps/s {frames:>10,.0f} frames/s")
+    def row(name, *steps_per_second):
+        print(
+            f"  {name:<24} "
+            + " | ".join(
+                f"{steps:>9,.0f} agent steps/s {steps * frames_per_step:>10,.0f} frames/s"
+                for steps in steps_per_second
+            )
+        )
 
-    row("env (random actions)", env.steps_per_second)
-    row("inference", inference.steps_per_second)
-    row("train step", train.steps_per_second)
-    row("ceiling 1/(sum of 1/x)", ceiling)
+    print(f"  {'':<24} {'before the end-to-end run':<42} | after it")
+    for name, field in (
+        ("env (random actions)", "env"),
+        ("inference", "inference"),
+        ("train step", "train"),
+    ):
+        row(name, getattr(before, field).steps_per_second, getattr(after, field).steps_per_second)
+    row("ceiling 1/(sum of 1/x)", *ceilings)
     row("end to end (steady)", e2e)
-    print(f"  end to end / ceiling      {e2e / ceiling:.2f}")
+    print(
+        f"  end to end / ceiling      {e2e / ceiling:.2f} (against the mean of the two "
+        f"ceilings; {e2e / ceilings[0]:.2f} against the one before, {e2e / ceilings[1]:.2f} "
+        "against the one after)"
+    )
     batch_steps = config.unroll_length * config.batch_size
-    alone = batch_steps / train.steps_per_second
+    train_rate = np.mean([stages.train.steps_per_second for stages in (before, after)])
+    alone = batch_steps / train_rate
     print(
         f"  learner end to end        "
         f"{progress.learner_time_line(summary['steady_secs'], summary['steady_steps'])}; "
@@ -234,9 +278,13 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
+
+    def cpu_per_batch(field: str) -> float:
+        return float(np.mean([getattr(stages, field).cpu_per_step for stages in (before, after)]))
+
     stages = {
-        "train": train.cpu_per_step * batch_steps,
-        "play": (env.cpu_per_step + inference.cpu_per_step) * batch_steps,
+        "train": cpu_per_batch("train") * batch_steps,
+        "play": (cpu_per_batch("env") + cpu_per_batch("inference")) * batch_steps,
     }
     learner_cpu = (
         summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
