@@ -272,9 +272,11 @@ def main(argv):
     train_rate = np.mean([stages.train.steps_per_second for stages in (before, after)])
     alone = batch_steps / train_rate
     print(
-        f"  learner end to end        "
-        f"{progress.learner_time_line(summary['steady_secs'], summary['steady_steps'])}; "
-        f"the train stage alone: {alone:.3f} s per batch"
+        "  learner end to end        "
+        + progress.learner_time_line(
+            summary["steady_secs"], summary["steady_steps"], summary.get("steady_core_wait_secs")
+        )
+        + f"; the train stage alone: {alone:.3f} s per batch"
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")

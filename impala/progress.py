@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import re
 import time
 from collections.abc import Iterable
@@ -123,19 +124,56 @@ def _clock(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def learner_time_line(steady_secs: dict[str, float], batches: int) -> str:
+def thread_core_waits(task_dir: str = "/proc/self/task") -> dict[str, int] | None:
+    """Nanoseconds each live thread of this process has spent runnable but not running: waiting
+    for a core that another thread or process held (the second field of Linux's per-thread
+    `schedstat`). None where the kernel does not say (not Linux, or built without it)."""
+    try:
+        threads = os.listdir(task_dir)
+    except OSError:
+        return None
+    waits = {}
+    for thread in threads:
+        try:
+            with open(os.path.join(task_dir, thread, "schedstat")) as f:
+                waits[thread] = int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that has just exited, or no such field
+    return waits or None
+
+
+def core_wait_secs(since: dict[str, int] | None, now: dict[str, int] | None) -> float | None:
+    """Seconds the threads waited for a core between two `thread_core_waits`: each thread's
+    increase, and all of the wait of a thread started in between (a thread that ended in
+    between takes its wait with it: short-lived RPC threads are undercounted)."""
+    if since is None or now is None:
+        return None
+    return sum(max(0, wait - since.get(thread, 0)) for thread, wait in now.items()) / 1e9
+
+
+def learner_time_line(
+    steady_secs: dict[str, float], batches: int, core_wait_secs: float | None = None
+) -> str:
     """Where a learner's steady-state time went, from its summary (`learner_<rank>.json`):
     `steady_secs` splits it into train steps, waiting for a batch and the rest, over `batches`
-    batches. A learner that waits is fed too slowly; one that does not is the bottleneck."""
+    batches. A learner that waits is fed too slowly; one that does not is the bottleneck.
+    `core_wait_secs` (its threads' seconds runnable but not running, summed over threads) says
+    how much of its step the cores it shares took from it."""
     total = sum(steady_secs.values())
     if total <= 0 or batches <= 0:
         return "too few steps to split the learner's time"
     train = steady_secs["train_steps"]
-    return (
+    line = (
         f"{train / total:.0%} in train steps ({train / batches:.3f} s per batch), "
         f"{steady_secs['waiting_for_batch'] / total:.0%} waiting for a batch, "
         f"{steady_secs['other'] / total:.0%} other"
     )
+    if core_wait_secs is not None:
+        line += (
+            f"; its threads waited {core_wait_secs / batches:.3f} s per batch for a core "
+            "(summed over threads)"
+        )
+    return line
 
 
 def actor_exit_split(log: str) -> str | None:

@@ -21,6 +21,7 @@ import pytest
 import networks
 from impala import envs
 from impala.launch.single_host import free_ports
+from impala.progress import thread_core_waits
 from tests.helpers import ROOT, Processes, pids_with, processes_with, wait_until
 
 pytestmark = pytest.mark.slow
@@ -338,6 +339,9 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
     # The CPU it used over that window: some, and no more than its threads could have used on
     # this machine's cores in that time.
     assert 0 < summary["steady_cpu_secs"] <= (os.cpu_count() or 1) * (elapsed + 0.5)
+    # The learner shares this machine's cores with its actors: its threads waited for one.
+    if thread_core_waits() is not None:
+        assert summary["steady_core_wait_secs"] > 0, summary["steady_core_wait_secs"]
 
 
 def test_an_actor_waits_for_its_learner_and_gives_up_with_a_clear_message(processes):

@@ -1,6 +1,20 @@
-"""The progress line and the episode-score statistics."""
+"""The progress line, the episode-score statistics and the time and CPU lines."""
 
-from impala.progress import Progress, actor_exit_split, cpu_line, learner_time_line
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from impala.progress import (
+    Progress,
+    actor_exit_split,
+    core_wait_secs,
+    cpu_line,
+    learner_time_line,
+    thread_core_waits,
+)
 
 
 class _Clock:
@@ -51,6 +65,58 @@ def test_learner_time_line_splits_the_steady_time_and_gives_the_train_time_per_b
     assert learner_time_line(split, batches=10) == (
         "60% in train steps (0.600 s per batch), 30% waiting for a batch, 10% other"
     )
+
+
+def test_learner_time_line_gives_the_wait_for_a_core_per_batch():
+    split = {"train_steps": 6.0, "waiting_for_batch": 3.0, "other": 1.0}
+    assert learner_time_line(split, batches=10, core_wait_secs=2.5) == (
+        "60% in train steps (0.600 s per batch), 30% waiting for a batch, 10% other; its threads "
+        "waited 0.250 s per batch for a core (summed over threads)"
+    )
+
+
+def _schedstat(task_dir, thread, waited_ns):
+    os.makedirs(task_dir / thread)
+    (task_dir / thread / "schedstat").write_text(f"123456 {waited_ns} 42\n")
+
+
+def test_core_waits_count_each_threads_increase_and_a_new_threads_whole_wait(tmp_path):
+    _schedstat(tmp_path / "first", "10", 1_000_000_000)
+    _schedstat(tmp_path / "first", "11", 5_000_000_000)  # ends before the second reading
+    _schedstat(tmp_path / "second", "10", 1_500_000_000)
+    _schedstat(tmp_path / "second", "12", 250_000_000)  # started in between
+    (tmp_path / "second" / "13").mkdir()  # ended while being read: no schedstat
+    since, now = thread_core_waits(tmp_path / "first"), thread_core_waits(tmp_path / "second")
+    assert since == {"10": 1_000_000_000, "11": 5_000_000_000}
+    assert now == {"10": 1_500_000_000, "12": 250_000_000}
+    assert core_wait_secs(since, now) == pytest.approx(0.75)
+    assert thread_core_waits(tmp_path / "missing") is None
+    assert core_wait_secs(None, now) is None and core_wait_secs(since, None) is None
+
+
+def test_core_waits_see_another_process_holding_this_ones_core():
+    """The kernel's own figure: this process and a busy child pinned to one core take turns, so
+    this one, kept busy for a second, waits for a good part of it."""
+    if thread_core_waits() is None:
+        pytest.skip("this kernel gives no per-thread schedstat")
+    core = min(os.sched_getaffinity(0))
+    rival = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
+    )
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {core})
+        time.sleep(0.5)  # the rival is running by now
+        since = thread_core_waits()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            pass
+        waited = core_wait_secs(since, thread_core_waits())
+    finally:
+        os.sched_setaffinity(0, mask)
+        rival.kill()
+        rival.wait()
+    assert waited > 0.2, waited
 
 
 def test_learner_time_line_of_a_run_too_short_to_split():
