@@ -16,12 +16,10 @@ Prints, in agent steps/s and emulator frames/s:
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
              steady state after start-up, and its fraction of the ceiling;
-The stages are measured before the end-to-end run and again after it, and the ratio is given
-against the mean of the two ceilings and against each: a shared machine's speed drifts over
-the minutes of a run, and the two ceilings show by how much.
   learner    where the end-to-end learner's steady-state time went: its train steps (and
              their time per batch against the train stage's alone), waiting for a full
-             batch, and everything else it does between steps;
+             batch, and everything else it does between steps, and how long its threads
+             waited for a core (runnable, not running: what the actors took from its steps);
   actor      where each end-to-end actor's time went: playing, fetching weights, sending,
              and waiting for room in the learner's queue; and the unrolls and chunks it sent,
              the chunks sent again (to a queue that filled while they travelled), and its
@@ -29,7 +27,10 @@ the minutes of a run, and the two ceilings show by how much.
   CPU        CPU seconds per batch (every thread) of the learner and of the actors end to
              end, against the train stage's and the env and inference stages' alone, and
              how busy that kept the machine's cores.
-The stages are measured alone, each with the whole machine; end to end they share it.
+The stages are measured alone, each with the whole machine; end to end they share it. They
+are measured before the end-to-end run and again after it, and the ratio is given against the
+mean of the two ceilings and against each: a shared machine's speed drifts over the minutes of
+a run, and the two ceilings show by how much.
 """
 
 from __future__ import annotations
