@@ -126,10 +126,11 @@ class _Counters:
     # the end of the first step and of the last.
     first_step_cpu: float = 0.0
     last_step_cpu: float = 0.0
-    # Each thread's nanoseconds waiting for a core (`progress.thread_core_waits`) at the same two
-    # moments; None where the kernel does not say.
+    # Each thread's nanoseconds waiting for a core (`progress.thread_core_waits`) at the end of
+    # the first step and when training ended (read once each: off the per-step path); None
+    # where the kernel does not say.
     first_step_core_waits: dict[str, int] | None = None
-    last_step_core_waits: dict[str, int] | None = None
+    end_core_waits: dict[str, int] | None = None
     # Where the learner's time went in the steps after the first (the steady-state window):
     # waiting for a full batch, in the optimisation steps, and everything else (gathering the
     # learners' states and games, publishing weights, checkpoints, reports).
@@ -275,7 +276,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         # Seconds its threads were runnable but waited for a core, summed over threads (None:
         # the kernel does not say): what the processes sharing its cores took from its steps.
         "steady_core_wait_secs": core_wait_secs(
-            counters.first_step_core_waits, counters.last_step_core_waits
+            counters.first_step_core_waits, counters.end_core_waits
         ),
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
@@ -350,12 +351,11 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
         progress.add_frames(frames_per_step_all_learners)
         counters.last_step_time = time.monotonic()
         counters.last_step_cpu = time.process_time()
-        counters.last_step_core_waits = thread_core_waits()
         if counters.first_step_time is None:
             counters.first_step_time = counters.last_step_time
             counters.first_step_frames = progress.frames
             counters.first_step_cpu = counters.last_step_cpu
-            counters.first_step_core_waits = counters.last_step_core_waits
+            counters.first_step_core_waits = thread_core_waits()
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
         episodes = _gather_episodes(service)
         progress.add_episode_returns(episodes[:, 0])
@@ -369,6 +369,7 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
             counters.waiting_secs += waited
             counters.train_secs += trained
             counters.other_secs += time.monotonic() - started - waited - trained
+    counters.end_core_waits = thread_core_waits()
     return progress
 
 
