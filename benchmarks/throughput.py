@@ -270,8 +270,12 @@ def main(argv):
         "against the one after)"
     )
     batch_steps = config.unroll_length * config.batch_size
-    train_rate = np.mean([stages.train.steps_per_second for stages in (before, after)])
-    alone = batch_steps / train_rate
+
+    def mean(stage: str, figure: str) -> float:
+        """A stage's figure, the mean of its measurements before and after."""
+        return float(np.mean([getattr(getattr(s, stage), figure) for s in (before, after)]))
+
+    alone = batch_steps / mean("train", "steps_per_second")
     print(
         "  learner end to end        "
         + progress.learner_time_line(
@@ -281,13 +285,9 @@ def main(argv):
     )
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
-
-    def cpu_per_batch(field: str) -> float:
-        return float(np.mean([getattr(stages, field).cpu_per_step for stages in (before, after)]))
-
     stages = {
-        "train": cpu_per_batch("train") * batch_steps,
-        "play": (cpu_per_batch("env") + cpu_per_batch("inference")) * batch_steps,
+        "train": mean("train", "cpu_per_step") * batch_steps,
+        "play": (mean("env", "cpu_per_step") + mean("inference", "cpu_per_step")) * batch_steps,
     }
     learner_cpu = (
         summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
