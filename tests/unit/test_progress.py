@@ -86,6 +86,8 @@ def test_core_waits_count_each_threads_increase_and_a_new_threads_whole_wait(tmp
     _schedstat(tmp_path / "second", "10", 1_500_000_000)
     _schedstat(tmp_path / "second", "12", 250_000_000)  # started in between
     (tmp_path / "second" / "13").mkdir()  # ended while being read: no schedstat
+    (tmp_path / "second" / "14").mkdir()
+    (tmp_path / "second" / "14" / "schedstat").write_text("garbage\n")  # not the kernel's format
     since, now = thread_core_waits(tmp_path / "first"), thread_core_waits(tmp_path / "second")
     assert since == {"10": 1_000_000_000, "11": 5_000_000_000}
     assert now == {"10": 1_500_000_000, "12": 250_000_000}
