@@ -20,7 +20,7 @@ from impala.learner import checkpoints
 from tests.helpers import ROOT, read_text, wait_until
 
 # Frames: one learner step is 4 trajectories x 5 agent steps x 1 frame = 20 frames.
-BUDGET = 6_000
+BUDGET = 2_000
 
 
 @pytest.mark.slow
