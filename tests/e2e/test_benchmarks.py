@@ -1,5 +1,6 @@
 """benchmarks.learning (its figures and one-line errors), benchmarks.probe_network,
-benchmarks.probe_games, benchmarks.pong_points and benchmarks.throughput's flags."""
+benchmarks.probe_games, benchmarks.pong_points, benchmarks.parity_probe and
+benchmarks.throughput's flags."""
 
 import hashlib
 import json
@@ -362,6 +363,61 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
     )
 
 
+def test_parity_probe_reads_three_layers_and_refuses_what_it_cannot_probe(tmp_path):
+    def pong(name, agent_name, **kwargs):
+        save_checkpoints(
+            str(tmp_path / name),
+            level_name="PongNoFrameskip-v4",
+            agent_name=agent_name,
+            shape=(84, 84, 4),
+            num_actions=6,
+            **kwargs,
+        )
+        return str(tmp_path / name)
+
+    # A recurrent agent (its torso read before the core) and one that sees the last action,
+    # then a checkpoint of another game: the reports, then its one-line error.
+    runs = [pong("lstm", "ShallowLSTMAgent"), pong("last", "ShallowConvNetLastActionAgent")]
+    save_checkpoints(str(tmp_path / "cartpole"))
+    completed = _run(
+        "--num_games=16", "--steps=3", *runs, str(tmp_path / "cartpole"), script="parity_probe"
+    )
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr
+    lines = completed.stdout.splitlines()
+    assert len(lines) == 8
+    for run, (title, *probes) in zip(runs, (lines[:4], lines[4:]), strict=True):
+        head = re.fullmatch(
+            rf"{re.escape(run)}/checkpoints/ckpt-7: 16 games \((\d+) from an odd frame\), their "
+            r"first 3 steps; each quarter of the games held out from its probe",
+            title,
+        )
+        assert head and 4 <= int(head[1]) <= 12, title
+        names = ("paddle cue (4)", "torso (256)", "outputs (7)")
+        for probe, name in zip(probes, names, strict=True):
+            right = re.fullmatch(
+                rf"  {re.escape(name)} +steps right +(\d+\.\d)%, games right +(\d+) of 16", probe
+            )
+            assert right and 0 <= float(right[1]) <= 100 and int(right[2]) <= 16, probe
+    assert completed.stderr.strip().splitlines()[-1] == (
+        f"parity_probe.py: error: {tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: "
+        "trained on 'CartPole-v1', not Pong"
+    )
+    skip3 = _run(pong("skip3", "ShallowConvNetAgent", frames_per_step=3), script="parity_probe")
+    assert skip3.returncode == 1 and "Traceback" not in skip3.stderr
+    assert skip3.stderr.strip().splitlines()[-1] == (
+        f"parity_probe.py: error: {tmp_path / 'skip3' / 'checkpoints' / 'ckpt-7'}: trained with "
+        "3 frames a step, so a game's parity alternates from step to step and no game has one "
+        "to probe"
+    )
+    # Too few games to hold out a quarter of each parity (these 8 games' starts).
+    few = _run("--num_games=8", runs[1], script="parity_probe")
+    assert few.returncode == 1 and "Traceback" not in few.stderr
+    assert few.stderr.strip().splitlines()[-1] == (
+        "parity_probe.py: error: 4 of 8 games began on an odd frame, too few of one parity to "
+        "hold out a quarter of them; raise --num_games or change --seed"
+    )
+
+
 @pytest.mark.parametrize(
     "script, flag",
     [
@@ -373,6 +429,10 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         ("pong_points", "--seed=-1"),
         ("pong_points", "--repeat_action_probability=1.5"),
         ("probe_games", "--repeat_action_probability=-0.1"),
+        ("parity_probe", "--num_games=7"),
+        ("parity_probe", "--steps=0"),
+        ("parity_probe", "--steps=501"),
+        ("parity_probe", "--seed=-1"),
     ],
 )
 def test_game_probes_refuse_bad_flags_in_one_line(tmp_path, script, flag):
