@@ -147,16 +147,19 @@ def check_starts(start_frames: np.ndarray) -> None:
                 )
 
 
-def _torso_features(agent, observation, prev_action, first_step: bool) -> np.ndarray:
+def _torso_features(agent, step, prev_action: np.ndarray) -> np.ndarray:
+    """The features `agent`'s torso computes for `step` (an environment step's output), before
+    any core; `prev_action` is the action that led to it."""
     import tensorflow as tf
 
     import networks
 
+    observation = tf.convert_to_tensor(step.observation)
     if isinstance(agent, networks.agents.ShallowConvNetLastActionAgent):
-        # As the agent reads it: no action before a game's first step.
-        shown = tf.one_hot(prev_action, agent.num_actions) * (0.0 if first_step else 1.0)
+        # As the agent reads it: no action shown on a game's first step.
+        shown = tf.one_hot(prev_action, agent.num_actions) * (1 - step.done[:, None]).astype("f")
         return agent._torso(observation, shown).numpy()
-    return agent._torso(tf.convert_to_tensor(observation)).numpy()
+    return agent._torso(observation).numpy()
 
 
 def play_openings(
@@ -185,8 +188,8 @@ def play_openings(
         check_starts(start_frames)
         policy.reset(num_games, 0)
         actions = np.zeros(num_games, np.int64)
-        for index in range(steps):
-            torso = _torso_features(agent, step.observation, actions, index == 0)
+        for _ in range(steps):
+            torso = _torso_features(agent, step, actions)
             actions, logits = policy(step)
             cue = [
                 [pong_points.paddle_drawn_twice(frame[..., k]) for k in range(frame.shape[-1])]

@@ -92,3 +92,22 @@ def test_a_probe_cannot_score_by_recognising_a_start_it_saw():
     one_hot = np.repeat(np.eye(31)[starts], 5, axis=0)
     result = parity_probe.score(one_hot + 0.01 * rng.normal(size=one_hot.shape), starts)
     assert result.steps_right < 0.65
+
+
+@pytest.mark.parametrize("agent_name", ["ShallowConvNetAgent", "ShallowConvNetLastActionAgent"])
+def test_the_torso_features_are_those_the_agents_heads_read(agent_name):
+    import networks
+    from impala import envs
+
+    agent = networks.make_agent(agent_name, 6)
+    networks.build_variables(agent, (84, 84, 4), "uint8")
+    rng = np.random.default_rng(3)
+    observation = rng.integers(0, 256, (3, 84, 84, 4), dtype=np.uint8)
+    prev_action = np.array([5, 2, 4])
+    done = np.array([True, False, False])  # a game's first step shows no action
+    step = envs.StepOutput(np.zeros(3, np.float32), done, observation)
+    features = parity_probe._torso_features(agent, step, prev_action)
+    output, _ = agent(networks.make_input(prev_action, step.reward, done, observation), ())
+    np.testing.assert_allclose(
+        agent._head(features).policy_logits.numpy(), output.policy_logits.numpy(), rtol=1e-5
+    )
