@@ -24,8 +24,11 @@ frame (whose opening can look the same). Printed for each:
   steps right  held-out steps whose parity the probe told right, balanced (the mean of the
                shares right among odd games' steps and among even games' steps; 50%: chance);
   games right  held-out games whose mean probe output over their steps tells their parity.
-A network whose torso reads the parity as well as the paddle cue shows it has the features a
-policy of both kinds of game needs; outputs at chance mean the heads do not use them yet.
+The torso's figure says whether the network has features that tell the two kinds of game
+apart. The outputs' figure is no test of a policy: one that wins both kinds of game acts on the
+parity only where the ball and the paddle are placed so that it matters, which a linear probe
+over all steps hardly reads (docs/learning-history.md has the figures of stalled and winning
+runs).
 """
 
 from __future__ import annotations
