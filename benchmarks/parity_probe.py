@@ -56,7 +56,7 @@ def _define_flags() -> None:
         "num_games", 64, "Games played together.", lower_bound=2 * FOLDS, upper_bound=256
     )
     flags.DEFINE_integer(
-        "steps", 40, "Steps kept from each game's start.", lower_bound=1, upper_bound=500
+        "steps", 200, "Steps kept from each game's start.", lower_bound=1, upper_bound=500
     )
     flags.DEFINE_integer(
         "seed", 100, "Seeds the games' starts and the sampled actions.", lower_bound=0
