@@ -174,9 +174,7 @@ def play_openings(
     from impala.evaluation import restore
     from impala.evaluation.play import Policy
 
-    path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
-    if "Pong" not in str(identity.get("level_name")):
-        raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
+    path, identity, agent = pong_points.restore_pong(checkpoint)
     config = restore.environment_config(identity, num_games, seed)
     if config.atari_frames_per_step % 2:
         raise ValueError(

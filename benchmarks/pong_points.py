@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -47,6 +48,9 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import checkpoint_tools
+
+if TYPE_CHECKING:
+    import networks
 
 FLAGS = flags.FLAGS
 
@@ -139,6 +143,15 @@ def split_points(ball_x, ball_y, rewards) -> list[Point]:
     return points
 
 
+def restore_pong(checkpoint: str) -> tuple[str, dict[str, Any], networks.Agent]:
+    """As `checkpoint_tools.restore_checkpoint`, and a one-line ValueError for a checkpoint
+    trained on another game than Pong."""
+    path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
+    if "Pong" not in str(identity.get("level_name")):
+        raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
+    return path, identity, agent
+
+
 def play_games(
     checkpoint: str, num_games: int, seed: int, repeat_action_probability: float = 0.0
 ) -> tuple[str, list[list[Point]], np.ndarray, list[Sight]]:
@@ -149,9 +162,7 @@ def play_games(
     from impala.evaluation import restore
     from impala.evaluation.play import Policy
 
-    path, identity, agent = checkpoint_tools.restore_checkpoint(checkpoint)
-    if "Pong" not in str(identity.get("level_name")):
-        raise ValueError(f"{path}: trained on {identity.get('level_name')!r}, not Pong")
+    path, identity, agent = restore_pong(checkpoint)
     config = restore.environment_config(identity, num_games, seed, repeat_action_probability)
     if config.atari_frames_per_step > MAX_FRAMES_PER_STEP:
         raise ValueError(
