@@ -534,6 +534,11 @@ def test_actors_sending_in_turn_are_served_evenly(make_service):
     finally:
         stop.set()
         service.close()
+        # Each actor hears that the learner finished while its service still exists: left
+        # running, a thread's next call would meet a queue that the fixture has freed.
+        for actor in actors:
+            actor.join(timeout=30)
+    assert not any(actor.is_alive() for actor in actors)
     assert min(served.count(0), served.count(1)) >= 15, served
 
 
