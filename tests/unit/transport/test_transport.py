@@ -535,7 +535,8 @@ def test_actors_sending_in_turn_are_served_evenly(make_service):
         stop.set()
         service.close()
         # Each actor hears that the learner finished while its service still exists: left
-        # running, a thread's next call would meet a queue that the fixture has freed.
+        # running, a thread's next call could reach the queue after the service was collected
+        # at the test's end, and fail with NotFoundError instead.
         for actor in actors:
             actor.join(timeout=30)
     assert not any(actor.is_alive() for actor in actors)
