@@ -523,9 +523,7 @@ def test_actors_sending_in_turn_are_served_evenly(make_service):
             while not stop.is_set():
                 client.send(_unroll(spec, 2, np.random.default_rng(client._task)))
 
-    actors = [threading.Thread(target=act, args=(c,), daemon=True) for c in clients]
-    for actor in actors:
-        actor.start()
+    actors = [_Thread(act, c) for c in clients]
     served = []
     try:
         for _ in range(40):
@@ -538,8 +536,8 @@ def test_actors_sending_in_turn_are_served_evenly(make_service):
         # running, a thread's next call could reach the queue after the service was collected
         # at the test's end, and fail with NotFoundError instead.
         for actor in actors:
-            actor.join(timeout=30)
-    assert not any(actor.is_alive() for actor in actors)
+            actor.join()
+    assert [actor.error for actor in actors] == [None, None]
     assert min(served.count(0), served.count(1)) >= 15, served
 
 
