@@ -13,7 +13,8 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
   curve.csv           the same games, one row each: frames, return, length, training hours
                       (`plot.py` reads it as it reads a run folder; it outlives the folder's
                       checkpoints and event files, as the ones in `benchmarks/curves/` do);
-  learning.json       the configuration and its flags, the machine, the date, the final mean
+  learning.json       the configuration and its flags, the settings the run changed from them
+                      (read from the run's flags.json), the machine, the date, the final mean
                       return over the last `--window` games, the best such mean, the frames at
                       which that mean first reached each of `thresholds`, and frames/s (the
                       learner's steady rate and the overall rate, start-up included), the
@@ -48,6 +49,7 @@ import numpy as np
 from absl import app, flags
 
 import plot
+from impala import flags as experiment_flags
 from impala import run_folder
 from impala.envs import catch
 
@@ -157,6 +159,82 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
     return time.monotonic() - started
 
 
+# experiment.py flags that say where a run is and which process plays which part, not how it
+# learns; `total_environment_frames` is the budget, which `--frames` gives.
+_PLACEMENT_FLAGS = frozenset(
+    {
+        "mode",
+        "job_name",
+        "task",
+        "learner_hosts",
+        "actor_hosts",
+        "experiment",
+        "logdir",
+        "checkpoint",
+        "secret_file",
+        "total_environment_frames",
+    }
+)
+
+
+def configuration_values(benchmark: Benchmark, preset: str = "") -> dict[str, object]:
+    """The experiment.py flag values a run of `benchmark` gets from no `--extra` but `preset`:
+    `make train`'s defaults (or the preset's), under the configuration's own flags."""
+    values = {
+        name: experiment_flags.unset_value(name, preset) for name in experiment_flags.flag_values()
+    }
+    for flag in benchmark.flags:
+        name, _, text = flag.removeprefix("--").partition("=")
+        values[name] = experiment_flags.FLAGS[name].parser.parse(text)
+    return values
+
+
+def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
+    """The flags of a run (its flags.json, `saved`) whose value is not the one the
+    configuration gives with no `--extra` and no preset: what the run changed, as saved."""
+    base = configuration_values(benchmark)
+    changed = {}
+    for name, value in sorted(saved.items()):
+        if name in _PLACEMENT_FLAGS or name not in base:
+            continue
+        try:
+            same = experiment_flags.parse_saved(name, value) == base[name]
+        except ValueError:
+            same = False  # a value no process would take: not the configuration's
+        if not same:
+            changed[name] = value
+    return changed
+
+
+def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list[str]:
+    """The `--extra` flags that give an experiment.py flag the value the configuration named
+    `config` (with the `--preset` among them, if any) gives it already, each as a line saying
+    so: a run meant to try a setting that changes nothing is one of the configuration's own."""
+    parsed = []
+    for flag in extra:
+        name, equals, text = flag.removeprefix("--").partition("=")
+        if not equals and name not in experiment_flags.FLAGS and name.startswith("no"):
+            name, text = name[2:], "false"  # absl's --noname
+        elif not equals:
+            text = "true"
+        if name in experiment_flags.flag_values() and name not in _PLACEMENT_FLAGS:
+            parsed.append((flag, name, text))
+    preset = next((text for _, name, text in parsed if name == "preset"), "")
+    base = configuration_values(benchmark, preset if preset in experiment_flags.PRESETS else "")
+    repeated = []
+    for flag, name, text in parsed:
+        try:
+            value = experiment_flags.FLAGS[name].parser.parse(text)
+        except (ValueError, TypeError, OverflowError):
+            continue  # experiment.py names it in its own one-line error
+        if value == base[name]:
+            repeated.append(
+                f"--extra={flag} gives --{name} the value --config={config} already has "
+                f"({experiment_flags.as_text(value)}): this run does not change it"
+            )
+    return repeated
+
+
 def first_crossing(frames: np.ndarray, smoothed: np.ndarray, threshold: float) -> int | None:
     """Frames at which the moving mean first reached `threshold`, None if it never did."""
     reached = np.flatnonzero(smoothed >= threshold)
@@ -172,10 +250,16 @@ def results(
     with open(os.path.join(run_dir, "learner_0.json")) as f:
         summary = json.load(f)
     scalars = plot.read_scalars(run_dir)  # the event files: read once, for both figures below
+    try:
+        saved = run_folder.read_flags(run_dir)
+    except ValueError:
+        saved = None  # an unreadable flags.json: no record of what the run changed
     return {
         "config": curve.name,
         "command": "python -m benchmarks.learning " + " ".join(argv[1:]),
         "flags": list(benchmark.flags),
+        # What the run changed from `make train`'s set-up, read from the flags it ran with.
+        "changed_from_defaults": None if saved is None else changed_settings(benchmark, saved),
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
         "frames": int(summary["frames"]),
@@ -396,6 +480,8 @@ def main(argv: list[str]) -> int:
             _ROOT, "runs", f"bench-{FLAGS.config}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         )
     )
+    for line in repeated_values(benchmark, FLAGS.config, FLAGS.extra):
+        print(f"[learning] note: {line}", flush=True)
     resumed = False
     summary_path = os.path.join(run_dir, "learner_0.json")
     if FLAGS.branch_from and not os.path.lexists(run_dir):
@@ -458,6 +544,12 @@ def main(argv: list[str]) -> int:
         f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
     )
+    changed = figures["changed_from_defaults"]
+    if changed is not None:
+        settings = ", ".join(
+            f"--{name}={experiment_flags.as_text(value)}" for name, value in changed.items()
+        )
+        print(f"[learning] settings changed from --config={FLAGS.config}'s: {settings or 'none'}")
     if figures["policy_lag"]:
         lag = figures["policy_lag"]
         print(

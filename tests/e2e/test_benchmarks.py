@@ -21,6 +21,7 @@ import experiment
 import plot
 from benchmarks import learning
 from impala import evaluation, run_folder
+from impala import flags as experiment_flags
 from impala.learner import checkpoints
 from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, Processes, processes_with, read_text, wait_until
@@ -70,6 +71,55 @@ def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     assert figures["stopped_early"] and figures["frames_per_second_steady"] is None
     assert figures["policy_lag"] is None  # no event files
     assert figures["policy_entropy"] is None
+
+
+def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_path):
+    """From the run's own flags.json: a flag the configuration sets is not a change, where the
+    run is and its budget are not settings, and a value no parser takes is listed as saved."""
+    _summary(tmp_path)
+    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ())
+    base = learning.configuration_values(benchmark)
+    assert base["batch_size"] == 4 and base["normalize_advantages"] is True
+    saved = {name: experiment_flags.as_text(value) for name, value in base.items()}
+    figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+    assert figures["changed_from_defaults"] is None  # no flags.json yet
+    saved.update(
+        experiment="elsewhere",
+        learner_hosts=["localhost:1234"],
+        total_environment_frames=1e9,
+        frame_skip=3,
+        seed="7",
+        learning_rate=2.5e-4,  # the default, written another way
+        entropy_cost="lots",
+    )
+    run_folder.write_flags(str(tmp_path), saved)
+    figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+    assert figures["changed_from_defaults"] == {
+        "entropy_cost": "lots",
+        "frame_skip": 3,
+        "seed": "7",
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "repeated"),
+    [
+        (["--normalize_advantages"], ["normalize_advantages"]),  # on by default
+        (["--nonormalize_advantages"], []),
+        (["--batch_size=4", "--batch_size=8"], ["batch_size"]),  # the configuration's 4
+        (["--seed=0", "--frame_skip=3", "--learning_rate=0.00025"], ["seed", "learning_rate"]),
+        (["--preset=paper", "--optimizer=rmsprop", "--optimizer=adam"], ["optimizer"]),
+        (["--preset=nonsense", "--optimizer=adam", "--seed=x", "--num_actors=2"], ["optimizer"]),
+    ],
+)
+def test_extra_flags_that_repeat_the_configuration_are_named(extra, repeated):
+    """A screen meant to try a setting that gives it the value it has already is the
+    configuration's own run: the benchmark says so before it trains (it once ran a whole
+    10M-frame Pong "screen" of --normalize_advantages, which is on by default)."""
+    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ())
+    lines = learning.repeated_values(benchmark, "catch", extra)
+    assert [re.search(r"gives --(\w+) ", line)[1] for line in lines] == repeated, lines
+    assert all("--config=catch already has" in line for line in lines), lines
 
 
 def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
@@ -535,6 +585,15 @@ def test_catch_is_learned_from_pixels_through_the_distributed_path(catch_bench):
     # Means over 20 consecutive games: 18 catches in 20 at best, and still 16 at the end.
     assert figures["best_mean_return"] >= 0.8, figures
     assert figures["final_mean_return"] >= 0.6, figures
+
+
+@pytest.mark.slow
+def test_the_catch_report_names_the_one_setting_its_command_changed(catch_bench):
+    """learning.json and the last lines say what the run changed from its configuration, read
+    from the flags its learner ran with: here the seed that --extra gave, nothing else."""
+    assert catch_bench.stopped["changed_from_defaults"] == {"seed": 1}, catch_bench.stopped
+    assert catch_bench.resumed["changed_from_defaults"] == {"seed": 1}, catch_bench.resumed
+    assert "settings changed from --config=catch's: --seed=1\n" in catch_bench.resumed_log
 
 
 @pytest.mark.slow
