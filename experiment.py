@@ -82,7 +82,11 @@ def check_run_flags() -> None:
     Gymnasium and the networks know which names exist."""
     learner = learner_config_from_flags()
     configs.check_playing_flags(
-        FLAGS.num_action_repeats, FLAGS.seed, FLAGS.repeat_action_probability, FLAGS.frame_skip
+        FLAGS.num_action_repeats,
+        FLAGS.seed,
+        FLAGS.repeat_action_probability,
+        FLAGS.frame_skip,
+        FLAGS.frame_pooling,
     )
     configs.check_learner_job_flags(
         FLAGS.queue_capacity,
@@ -106,6 +110,7 @@ def local_config_from_flags():
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
         frame_skip=FLAGS.frame_skip,
+        frame_pooling=FLAGS.frame_pooling,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
     )
@@ -122,6 +127,7 @@ def learner_job_config_from_flags():
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
         frame_skip=FLAGS.frame_skip,
+        frame_pooling=FLAGS.frame_pooling,
         seed=FLAGS.seed,
         learner=learner_config_from_flags(),
         queue_capacity=FLAGS.queue_capacity,
@@ -160,6 +166,7 @@ def evaluation_config_from_flags():
         level_name=FLAGS.level_name if FLAGS["level_name"].present else None,
         agent_name=FLAGS.agent_name if FLAGS["agent_name"].present else None,
         frame_skip=FLAGS.frame_skip,
+        frame_pooling=FLAGS.frame_pooling if FLAGS["frame_pooling"].present else None,
     )
 
 
@@ -183,6 +190,7 @@ def actor_job_config_from_flags():
         num_action_repeats=FLAGS.num_action_repeats,
         repeat_action_probability=FLAGS.repeat_action_probability,
         frame_skip=FLAGS.frame_skip,
+        frame_pooling=FLAGS.frame_pooling,
         seed=FLAGS.seed,
         connect_timeout_secs=FLAGS.connect_timeout_secs,
         secret_file=actor_secret_file(),

@@ -95,6 +95,7 @@ def measure_env(
     seconds: float,
     repeat_action_probability: float = 0.0,
     frame_skip: int = 0,
+    frame_pooling: str = "max",
 ):
     """One actor's environments with random actions, measured, and their specs."""
     with build.environment(
@@ -103,6 +104,7 @@ def measure_env(
         num_action_repeats=num_action_repeats,
         repeat_action_probability=repeat_action_probability,
         frame_skip=frame_skip,
+        frame_pooling=frame_pooling,
     ) as env:
         env.reset()
         rng = np.random.default_rng(0)
@@ -181,6 +183,7 @@ def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, o
         FLAGS.seconds,
         FLAGS.repeat_action_probability,
         FLAGS.frame_skip,
+        FLAGS.frame_pooling,
     )
     agent = agent or build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
     inference = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)

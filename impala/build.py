@@ -17,10 +17,11 @@ def environment(
     num_action_repeats: int = 1,
     repeat_action_probability: float = 0.0,
     frame_skip: int = 0,
+    frame_pooling: str = "max",
 ) -> envs.VectorEnvironment:
     """`num_envs` environments of `level_name` as training sees them; ValueError names a bad
     flag. Environment i is seeded `seed + i`. `repeat_action_probability` turns on Atari's
-    sticky actions; `frame_skip` sets Atari's (0: 4)."""
+    sticky actions; `frame_skip` sets Atari's (0: 4), `frame_pooling` the frame its steps show."""
     return envs.make_environment(
         envs.EnvConfig(
             level_name=level_name,
@@ -29,6 +30,7 @@ def environment(
             num_action_repeats=num_action_repeats,
             repeat_action_probability=repeat_action_probability,
             frame_skip=frame_skip,
+            frame_pooling=frame_pooling,
         )
     )
 
@@ -56,10 +58,17 @@ def environment_and_agent(
     num_action_repeats: int = 1,
     repeat_action_probability: float = 0.0,
     frame_skip: int = 0,
+    frame_pooling: str = "max",
 ) -> tuple[envs.VectorEnvironment, networks.Agent]:
     """Both of the above; the environments are closed again if the agent cannot be built."""
     env = environment(
-        level_name, num_envs, seed, num_action_repeats, repeat_action_probability, frame_skip
+        level_name,
+        num_envs,
+        seed,
+        num_action_repeats,
+        repeat_action_probability,
+        frame_skip,
+        frame_pooling,
     )
     try:
         return env, agent(agent_name, env)

@@ -193,6 +193,23 @@ def check_repeat_action_probability(value: Any) -> None:
     )
 
 
+# How an Atari step's observed frame is made from the emulator frames it ran: "max", DeepMind's,
+# the pixel-wise maximum of its last two (against sprites drawn on alternate frames); "last",
+# its last frame alone.
+FRAME_POOLING_CHOICES = ("max", "last")
+
+
+def check_frame_pooling(value: Any) -> None:
+    """Raises the one-line error of a bad --frame_pooling (Atari's; "max": DeepMind's)."""
+    _require(
+        value in FRAME_POOLING_CHOICES,
+        "frame_pooling",
+        repr(value),
+        f"must be one of {', '.join(FRAME_POOLING_CHOICES)} (max: the maximum of a step's last "
+        "two frames, DeepMind's; last: its last frame)",
+    )
+
+
 def check_frame_skip(frame_skip: Any, num_action_repeats: int = 1) -> None:
     """Raises the one-line error of a bad --frame_skip (Atari's; 0: the default, 4)."""
     is_int = isinstance(frame_skip, numbers.Integral) and not isinstance(frame_skip, bool)
@@ -213,10 +230,14 @@ def check_frame_skip(frame_skip: Any, num_action_repeats: int = 1) -> None:
 
 
 def check_playing_flags(
-    num_action_repeats: int, seed: int, repeat_action_probability: float, frame_skip: int
+    num_action_repeats: int,
+    seed: int,
+    repeat_action_probability: float,
+    frame_skip: int,
+    frame_pooling: str = "max",
 ) -> None:
     """Raises the one-line error of a bad --num_action_repeats, --seed,
-    --repeat_action_probability or --frame_skip (every training role)."""
+    --repeat_action_probability, --frame_skip or --frame_pooling (every training role)."""
     _require(
         num_action_repeats >= 1,
         "num_action_repeats",
@@ -232,6 +253,7 @@ def check_playing_flags(
     _require(seed >= 0, "seed", seed, "must be >= 0")
     check_repeat_action_probability(repeat_action_probability)
     check_frame_skip(frame_skip, num_action_repeats)
+    check_frame_pooling(frame_pooling)
 
 
 def check_learner_job_flags(

@@ -119,6 +119,16 @@ flags.DEFINE_integer(
     "each game on its no-op start's parity. Part of a run's identity: --mode=test plays with the "
     "checkpoint's, and refuses another one given here.",
 )
+flags.DEFINE_enum(
+    "frame_pooling",
+    "max",
+    list(configs.FRAME_POOLING_CHOICES),
+    "Atari only: the frame an agent step shows. max: the pixel-wise maximum of its last two "
+    "emulator frames (DeepMind's, for sprites drawn on alternate frames); in Pong it shows a "
+    "moving paddle at two heights in the games begun on one parity of frame and never in the "
+    "others. last: its last frame alone. Part of a run's identity: --mode=test plays with the "
+    "checkpoint's.",
+)
 flags.DEFINE_float(
     "repeat_action_probability",
     0.0,

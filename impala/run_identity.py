@@ -21,6 +21,7 @@ KEYS = (
     "unroll_length",
     "num_action_repeats",
     "frames_per_step",
+    "frame_pooling",
 )
 
 # What a checkpoint must match to be resumed: the unroll length, the batch size and the like may
@@ -33,6 +34,7 @@ CHECKPOINT_KEYS = (
     "observation_dtype",
     "num_action_repeats",
     "frames_per_step",  # The frame skip: another one is another game for the network.
+    "frame_pooling",  # So is another frame shown for a step.
 )
 
 # What the environment must still show for a network trained on it to make sense.
@@ -49,6 +51,7 @@ def make(
     unroll_length: int,
     num_action_repeats: int,
     frames_per_step: int,
+    frame_pooling: str,
 ) -> dict[str, Any]:
     """The identity of a run with these settings (JSON-ready values)."""
     return {
@@ -60,6 +63,7 @@ def make(
         "unroll_length": int(unroll_length),
         "num_action_repeats": int(num_action_repeats),
         "frames_per_step": int(frames_per_step),
+        "frame_pooling": str(frame_pooling),
     }
 
 
@@ -77,15 +81,19 @@ def encode(identity: dict[str, Any]) -> str:
     return json.dumps(identity, sort_keys=True)
 
 
-def with_legacy_frame_skip(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+def with_legacy_defaults(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     """`saved` (a checkpoint's identity) as this version keeps it.
 
+    Checkpoints written before the frame pooling could be chosen do not hold `frame_pooling`:
+    their steps showed the maximum of their last two frames, "max" (every family's value).
     Checkpoints written before the frame skip could be chosen do not hold `frames_per_step`:
     they were trained with the default one, 4 emulator frames per action repeat in Atari games
     and 1 elsewhere. For a checkpoint of `current`'s game, that is filled in: the game is an
     Atari one exactly where `current` runs more than one frame per action repeat (no other
     family skips frames). Of another game, `saved` is left as it is: the game's name differs.
     """
+    if "frame_pooling" not in saved and "frame_pooling" in current:
+        saved = {**saved, "frame_pooling": "max"}
     if "frames_per_step" in saved or "frames_per_step" not in current:
         return saved
     if saved.get("level_name") != current.get("level_name"):
@@ -96,7 +104,10 @@ def with_legacy_frame_skip(saved: dict[str, Any], current: dict[str, Any]) -> di
 
 
 # Keys named in `mismatch` by the flags that set them, where those are not the key itself.
-_LABELS = {"frames_per_step": "frames_per_step (--frame_skip x --num_action_repeats)"}
+_LABELS = {
+    "frames_per_step": "frames_per_step (--frame_skip x --num_action_repeats)",
+    "frame_pooling": "frame_pooling (--frame_pooling)",
+}
 
 
 def decode(encoded: str | bytes) -> dict[str, Any]:

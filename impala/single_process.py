@@ -32,13 +32,18 @@ class LocalConfig:
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0  # Atari's sticky actions (0: none)
     frame_skip: int = 0  # Atari's frame skip (0: 4)
+    frame_pooling: str = "max"  # the frame an Atari step shows: its last two's maximum, or its last
     seed: int = 0
     log_every_secs: float = 5.0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
 
     def __post_init__(self):
         check_playing_flags(
-            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+            self.num_action_repeats,
+            self.seed,
+            self.repeat_action_probability,
+            self.frame_skip,
+            self.frame_pooling,
         )
 
 
@@ -55,6 +60,7 @@ def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
         num_action_repeats=config.num_action_repeats,
         repeat_action_probability=config.repeat_action_probability,
         frame_skip=config.frame_skip,
+        frame_pooling=config.frame_pooling,
     )
 
 

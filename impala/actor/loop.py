@@ -34,6 +34,7 @@ class ActorJobConfig:
       secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
       repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
       frame_skip: Atari's frame skip (0: 4); the learner compares it, as frames per step.
+      frame_pooling: the frame an Atari step shows ("max" or "last"); the learner compares it.
     """
 
     level_name: str
@@ -46,6 +47,7 @@ class ActorJobConfig:
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0
     frame_skip: int = 0
+    frame_pooling: str = "max"
     seed: int = 0
     connect_timeout_secs: float = 600.0
     secret_file: str = ""
@@ -55,7 +57,11 @@ class ActorJobConfig:
             raise ValueError(f"--task={self.task}: must be >= 0")
         check_learner_hosts(self.learner_hosts)
         check_playing_flags(
-            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+            self.num_action_repeats,
+            self.seed,
+            self.repeat_action_probability,
+            self.frame_skip,
+            self.frame_pooling,
         )
         check_actor_job_flags(self.num_envs, self.connect_timeout_secs, self.threads)
         if not self.secret_file:
@@ -82,6 +88,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         num_action_repeats=config.num_action_repeats,
         repeat_action_probability=config.repeat_action_probability,
         frame_skip=config.frame_skip,
+        frame_pooling=config.frame_pooling,
     ) as env:
         agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(

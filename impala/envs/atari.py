@@ -5,9 +5,9 @@ registered entry point in `ale_py`, see `_atari_game`) run in `ale_py.AtariVecto
 (`_AtariBackend`), a C++ vector environment that steps all games in native threads and
 applies the DeepMind preprocessing: up to `noop_max` no-ops and FIRE (where the game has
 it) on reset, frame skip 4 (or `EnvConfig.frame_skip`) with max-pooling of the last two
-frames, 84x84 greyscale, a stack of the last 4 frames, the minimal action set and unclipped
-rewards (the learner clips). Sticky actions are off unless
-`EnvConfig.repeat_action_probability` turns them on.
+frames (or the last frame alone: `EnvConfig.frame_pooling`), 84x84 greyscale, a stack of the
+last 4 frames, the minimal action set and unclipped rewards (the learner clips). Sticky actions
+are off unless `EnvConfig.repeat_action_probability` turns them on.
 
 For evaluation (`serial.py`), `_make_atari_game` builds one game as Gymnasium's own ALE
 env under `AtariPreprocessing`, arranged to give the very observations `AtariVectorEnv`
@@ -67,7 +67,7 @@ class _AtariBackend:
             img_height=ATARI_OBSERVATION_SHAPE[0],
             img_width=ATARI_OBSERVATION_SHAPE[1],
             grayscale=True,
-            maxpool=True,
+            maxpool=config.frame_pooling == "max",
             noop_max=config.noop_max,
             use_fire_reset=True,  # Presses FIRE iff FIRE is in the game's minimal action set.
             episodic_life=False,  # See the class docstring: done here, from lives.
@@ -281,6 +281,19 @@ class _AtariStart(gym.Wrapper):
         return observation, reward, terminated, truncated, info
 
 
+class _LastFrame(gym.wrappers.AtariPreprocessing):
+    """`AtariPreprocessing` showing a step's last frame, not the maximum of its last two.
+
+    It keeps a step's last frame in `obs_buffer[0]` and the one before in `obs_buffer[1]`,
+    and shows their maximum; with the one before cleared, that maximum is the last frame
+    (the buffer is written again before the next step reads it).
+    """
+
+    def _get_obs(self) -> np.ndarray:
+        self.obs_buffer[1].fill(0)
+        return super()._get_obs()
+
+
 class _StepFrames(gym.Wrapper):
     """Adds `info["frames"]`: the emulator frames the last step ran, from ALE's frame count."""
 
@@ -311,7 +324,8 @@ def _make_atari_game(config: EnvConfig) -> gym.Env:
         max_num_frames_per_episode=None,  # _AtariStart limits frames as AtariVectorEnv does.
     )
     env = _AtariStart(env, config.noop_max, config.max_episode_frames)
-    env = gym.wrappers.AtariPreprocessing(
+    preprocessing = gym.wrappers.AtariPreprocessing if config.frame_pooling == "max" else _LastFrame
+    env = preprocessing(
         env,
         noop_max=0,  # _AtariStart does them, after FIRE, as AtariVectorEnv does.
         frame_skip=config.atari_frames_per_step,

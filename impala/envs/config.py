@@ -16,7 +16,12 @@ import numpy as np
 
 # ATARI_FRAME_SKIP: emulator frames per agent step in the DeepMind Atari setup, unless
 # `EnvConfig.frame_skip` says otherwise; `num_action_repeats` multiplies it.
-from impala.configs import ATARI_FRAME_SKIP, check_frame_skip, check_repeat_action_probability
+from impala.configs import (
+    ATARI_FRAME_SKIP,
+    check_frame_pooling,
+    check_frame_skip,
+    check_repeat_action_probability,
+)
 
 # Height, width, stacked frames: NHWC, the layout the networks expect.
 ATARI_OBSERVATION_SHAPE = (84, 84, 4)
@@ -60,6 +65,9 @@ class EnvConfig:
             DeepMind's), any other value is at least 2. An odd skip alternates the
             emulator frame's parity from one step to the next, where 4 keeps a game on
             the parity its no-op start gave it. Other ids take 0 only.
+        frame_pooling: Atari only: the frame a step shows, "max" (the pixel-wise maximum
+            of its last two emulator frames, DeepMind's) or "last" (its last frame). Other
+            ids take "max" only, which changes nothing for them.
         max_episode_frames: Emulator frames after which an episode is truncated
             (counted as `done`). 108,000 is Atari's usual 30 minutes. For other
             ids it caps underlying env steps on top of the id's own time limit.
@@ -78,6 +86,7 @@ class EnvConfig:
     noop_max: int = 30
     repeat_action_probability: float = 0.0
     frame_skip: int = 0
+    frame_pooling: str = "max"
     max_episode_frames: int = 108_000
     num_threads: int = 0
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -96,6 +105,7 @@ class EnvConfig:
         _check_int("num_threads", self.num_threads, minimum=0, hint="0 = automatic")
         check_repeat_action_probability(self.repeat_action_probability)
         check_frame_skip(self.frame_skip, self.num_action_repeats)
+        check_frame_pooling(self.frame_pooling)
         if not isinstance(self.episodic_life, bool):
             raise ValueError(f"--episodic_life must be True or False, got {self.episodic_life!r}")
         if self.seed + self.num_envs - 1 > _MAX_C_INT:

@@ -68,7 +68,8 @@ def make_evaluation_environment(config: EnvConfig, render: bool = False) -> Vect
     run Gymnasium's own ALE env (frameskip 1, minimal action set, sticky actions as
     `config.repeat_action_probability` says)
     under `AtariPreprocessing` (frame skip (4 or `config.frame_skip`) x repeats, max-pooling
-    the last two frames, 84x84 greyscale by INTER_AREA), with FIRE, no-ops and the frame limit as
+    the last two frames or showing the last as `config.frame_pooling` says, 84x84 greyscale by
+    INTER_AREA), with FIRE, no-ops and the frame limit as
     `AtariVectorEnv` does them (`_AtariStart`) and 4 stacked frames, zeros before the
     game began. With `noop_max=0` and no sticky actions its observations, rewards and
     episode ends equal `make_environment(config)`'s exactly
@@ -110,6 +111,11 @@ def _check_family_settings(config: EnvConfig, spec: gym.envs.registration.EnvSpe
             f"--frame_skip={config.frame_skip}: the frame skip is an Atari setting, and "
             f"{config.level_name!r} is not an Atari id; use 0 (--num_action_repeats repeats "
             f"actions of any id)"
+        )
+    elif config.frame_pooling != "max":
+        raise ValueError(
+            f"--frame_pooling={config.frame_pooling}: frame pooling is an Atari setting, and "
+            f"{config.level_name!r} is not an Atari id; use max (the default)"
         )
 
 

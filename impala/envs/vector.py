@@ -33,6 +33,8 @@ class VectorEnvironment:
         self.observation_shape: tuple[int, ...] = tuple(backend.observation_shape)
         self.observation_dtype: np.dtype = np.dtype(backend.observation_dtype)
         self.frames_per_step: int = backend.frames_per_step
+        # The frame an Atari step shows ("max" for every other family, which has no choice).
+        self.frame_pooling: str = config.frame_pooling
         self._seeded = False
         self._started = False
         self._closed = False

@@ -82,6 +82,7 @@ class EvalConfig:
       level_name, agent_name: None to play what the checkpoint holds; given, they must
         match it.
       frame_skip: 0 to play with the checkpoint's; given, it must match it.
+      frame_pooling: None to play with the checkpoint's; given, it must match it.
     """
 
     checkpoint: str
@@ -93,6 +94,7 @@ class EvalConfig:
     level_name: str | None = None
     agent_name: str | None = None
     frame_skip: int = 0
+    frame_pooling: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.checkpoint, str) or not self.checkpoint:
@@ -112,6 +114,8 @@ class EvalConfig:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"--{flag}={value!r}: must be a name, or left out")
         configs.check_frame_skip(self.frame_skip)
+        if self.frame_pooling is not None:
+            configs.check_frame_pooling(self.frame_pooling)
 
 
 def _is_int(value: Any) -> bool:

@@ -65,8 +65,8 @@ def read_identity(path: str) -> dict[str, Any]:
 
 
 def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> None:
-    """Raises a one-line ValueError if an explicit --level_name, --agent_name or --frame_skip
-    differs."""
+    """Raises a one-line ValueError if an explicit --level_name, --agent_name, --frame_skip or
+    --frame_pooling differs."""
     if config.level_name is not None and config.level_name != identity["level_name"]:
         raise ValueError(
             f"--level_name={config.level_name} differs from the checkpoint's "
@@ -88,6 +88,12 @@ def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> N
                 f"{trained_skip or 'none (not an Atari id)'} ({path}); leave --frame_skip "
                 f"out to play as it was trained"
             )
+    if config.frame_pooling is not None and config.frame_pooling != frame_pooling(identity):
+        raise ValueError(
+            f"--frame_pooling={config.frame_pooling} differs from the checkpoint's "
+            f"{frame_pooling(identity)} ({path}); leave --frame_pooling out to play as it was "
+            f"trained"
+        )
 
 
 def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
@@ -134,6 +140,7 @@ def environment_config(
         num_action_repeats=identity["num_action_repeats"],
         repeat_action_probability=repeat_action_probability,
         frame_skip=_frame_skip(identity),
+        frame_pooling=frame_pooling(identity),
         # As in training, a lost Atari life is a `done` for the agent (a recurrent one
         # starts afresh there); the game goes on, and the scores are of whole games.
         episodic_life=True,
@@ -148,6 +155,12 @@ def check_environment(env: envs.VectorEnvironment, identity: dict, path: str) ->
                 f"{identity['level_name']} now has {key} {value}, but the checkpoint {path} "
                 f"was trained with {identity[key]}"
             )
+
+
+def frame_pooling(identity: dict[str, Any]) -> str:
+    """The frame a run's Atari steps showed: a checkpoint from before it could be chosen showed
+    the maximum of a step's last two frames."""
+    return identity.get("frame_pooling", "max")
 
 
 def _frame_skip(identity: dict[str, Any]) -> int:

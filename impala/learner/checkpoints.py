@@ -206,7 +206,7 @@ class Checkpointer:
 
     def _restore(self, path: str) -> None:
         current = run_identity.decode(self._identity)
-        saved = run_identity.with_legacy_frame_skip(read_identity(path), current)
+        saved = run_identity.with_legacy_defaults(read_identity(path), current)
         if saved != current:
             differences = run_identity.mismatch(current, saved, "this run", "the checkpoint")
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")

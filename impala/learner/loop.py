@@ -65,6 +65,7 @@ class LearnerJobConfig:
     num_action_repeats: int = 1
     repeat_action_probability: float = 0.0
     frame_skip: int = 0
+    frame_pooling: str = "max"
     seed: int = 0
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
     queue_capacity: int = 0
@@ -88,7 +89,11 @@ class LearnerJobConfig:
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
             )
         check_playing_flags(
-            self.num_action_repeats, self.seed, self.repeat_action_probability, self.frame_skip
+            self.num_action_repeats,
+            self.seed,
+            self.repeat_action_probability,
+            self.frame_skip,
+            self.frame_pooling,
         )
         check_learner_job_flags(
             self.queue_capacity,
@@ -308,12 +313,14 @@ def _build_agent(config: LearnerJobConfig):
         num_action_repeats=config.num_action_repeats,
         repeat_action_probability=config.repeat_action_probability,
         frame_skip=config.frame_skip,
+        frame_pooling=config.frame_pooling,
     ) as env:
         env_info = _EnvInfo(
             num_actions=env.num_actions,
             observation_shape=env.observation_shape,
             observation_dtype=env.observation_dtype,
             frames_per_step=env.frames_per_step,
+            frame_pooling=env.frame_pooling,
         )
         agent = build.agent(config.agent_name, env)
     return env_info, agent
@@ -325,6 +332,7 @@ class _EnvInfo:
     observation_shape: tuple[int, ...]
     observation_dtype: np.dtype
     frames_per_step: int
+    frame_pooling: str
 
 
 def _train(learning: _Learning, start_frames: int) -> Progress:

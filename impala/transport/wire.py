@@ -155,7 +155,8 @@ def describe(
     """The trajectory spec and the identity an actor and its learner must share.
 
     Args:
-      env: an `environments.VectorEnvironment` (its observation spec, actions, frame skip).
+      env: an `environments.VectorEnvironment` (its observation spec, actions, frame skip and
+        frame pooling).
       agent: a `networks.Agent` (its class and core state).
     """
     flat_state = tf.nest.flatten(agent.initial_state(1))
@@ -176,6 +177,7 @@ def describe(
         unroll_length=unroll_length,
         num_action_repeats=num_action_repeats,
         frames_per_step=env.frames_per_step,
+        frame_pooling=env.frame_pooling,
     )
     return spec, identity
 

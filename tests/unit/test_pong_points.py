@@ -6,6 +6,7 @@ import numpy as np
 
 from benchmarks import pong_points
 from benchmarks.pong_points import Point
+from impala.envs import atari
 
 gym.register_envs(ale_py)
 
@@ -76,14 +77,17 @@ def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serv
     ]
 
 
-def _paddle_shown_twice_while_moving(extra_start_frames: int) -> list[bool]:
+def _paddle_shown_twice_while_moving(
+    extra_start_frames: int, preprocessing=gym.wrappers.AtariPreprocessing
+) -> list[bool]:
     """Whether each observation shows the paddle twice while the agent moves it up, then down,
     in a real Pong game started with `extra_start_frames` no-op frames, preprocessed as the
-    evaluation environments do (frame skip 4, the last two frames max-pooled, 84x84)."""
+    evaluation environments do (frame skip 4, the last two frames max-pooled or, with
+    `atari._LastFrame`, the last alone, 84x84)."""
     env = gym.make(
         "PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0, obs_type="grayscale"
     )
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84)
+    env = preprocessing(env, noop_max=0, frame_skip=4, screen_size=84)
     try:
         env.reset(seed=0)
         for _ in range(extra_start_frames):
@@ -103,6 +107,11 @@ def test_a_moving_paddle_shows_twice_in_games_of_one_parity_only():
     # one parity sees each redraw between them (the paddle twice) and the other never does.
     assert sorted(map(any, shown.values())) == [False, True], shown
     assert max(sum(s) for s in shown.values()) >= 6, shown
+
+
+def test_the_last_frame_alone_shows_a_moving_paddle_once_in_games_of_either_parity():
+    shown = {extra: _paddle_shown_twice_while_moving(extra, atari._LastFrame) for extra in (0, 1)}
+    assert not any(map(any, shown.values())), shown
 
 
 def test_report_adds_what_the_network_saw_in_each_parity():

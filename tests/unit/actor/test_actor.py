@@ -184,6 +184,7 @@ def test_an_actor_waiting_for_the_run_secret_says_so_once_then_every_30_s(tmp_pa
         ("seed", -1, "--seed=-1: must be >= 0"),
         ("repeat_action_probability", 1.5, "--repeat_action_probability=1.5: must be a number"),
         ("frame_skip", 1, "--frame_skip=1: must be 0 (the default: 4, DeepMind's) or an"),
+        ("frame_pooling", "mean", "--frame_pooling='mean': must be one of max, last (max: the"),
     ],
 )
 def test_an_actor_refuses_its_job_flags_in_the_launchers_line(field, value, message):

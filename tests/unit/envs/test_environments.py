@@ -134,6 +134,33 @@ def test_a_frame_skip_is_refused_outside_atari(make):
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_frame_pooling_is_refused_outside_atari(make):
+    with pytest.raises(ValueError, match=r"^--frame_pooling=last: .*not an Atari id") as error:
+        make(EnvConfig("CartPole-v1", frame_pooling="last"))
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_last_frame_pooling_shows_each_steps_last_frame(make):
+    """The same seeds and actions: each step's newest frame is its last emulator frame with
+    "last", and with "max" the maximum of it and the frame before, which is never darker and
+    differs where something moved between the two."""
+
+    def play(frame_pooling: str) -> np.ndarray:
+        config = EnvConfig(PONG, seed=5, noop_max=0, frame_pooling=frame_pooling)
+        with make(config) as env:
+            observations = [env.reset().observation]
+            for step in range(60):
+                observations.append(env.step(np.array([2 + step % 2])).observation)
+        return np.stack(observations)[..., -1]  # each step's newest frame
+
+    maximum, last = play("max"), play("last")
+    assert np.all(maximum >= last)
+    moved = [step for step in range(len(last)) if not np.array_equal(maximum[step], last[step])]
+    assert len(moved) >= 30, moved  # the ball, and the paddles, move between a step's frames
+
+
 def test_breakout_life_loss_ends_training_episode_but_not_the_game():
     """Same seed and actions with and without episodic_life: same games, more dones."""
     runs = {}
@@ -441,6 +468,9 @@ def test_continuous_action_space_is_rejected(level_name):
         ("frame_skip", 3.0),
         ("frame_skip", "3"),
         ("frame_skip", 2**31),
+        ("frame_pooling", "mean"),
+        ("frame_pooling", None),
+        ("frame_pooling", ["max"]),
     ],
 )
 def test_bad_options_name_the_field(field, value):

@@ -53,6 +53,9 @@ def _random_play(env, num_steps: int, seed: int = 0) -> list[StepOutput]:
         ("PongNoFrameskip-v4", {"num_envs": 16, "num_threads": 2}, 100),
         # An odd frame skip: the max-pooled frames alternate in parity from step to step.
         ("PongNoFrameskip-v4", {"num_envs": 2, "frame_skip": 3}, 100),
+        # Each step's last frame, not the maximum of its last two.
+        ("PongNoFrameskip-v4", {"num_envs": 2, "frame_pooling": "last"}, 100),
+        (BREAKOUT, {"num_envs": 1, "frame_skip": 3, "frame_pooling": "last"}, 100),
         (BREAKOUT, {"num_envs": 1, "frame_skip": 5}, 100),
     ],
 )
@@ -247,6 +250,31 @@ def test_games_are_played_with_the_checkpoints_frame_skip(identity, frames_per_s
     config = evaluation.environment_config(identity, 1, 0)
     with make_evaluation_environment(config) as env:
         assert env.frames_per_step == frames_per_step
+
+
+@pytest.mark.parametrize(
+    "identity, frame_pooling",
+    [
+        ({"frame_pooling": "last"}, "last"),
+        ({"frame_pooling": "max"}, "max"),
+        ({}, "max"),  # kept before the pooling was: the maximum of a step's last two frames
+    ],
+)
+def test_games_are_played_with_the_checkpoints_frame_pooling(identity, frame_pooling):
+    identity = {"level_name": BREAKOUT, "num_action_repeats": 1, "frames_per_step": 4, **identity}
+    config = evaluation.environment_config(identity, 1, 0)
+    assert config.frame_pooling == frame_pooling
+    with make_evaluation_environment(config) as env:
+        assert env.frame_pooling == frame_pooling
+    evaluation.check_identity(identity, EvalConfig(checkpoint="c"), "c")  # None: the checkpoint's
+    same = EvalConfig(checkpoint="c", frame_pooling=frame_pooling)
+    evaluation.check_identity(identity, same, "c")
+    other = "max" if frame_pooling == "last" else "last"
+    with pytest.raises(
+        ValueError,
+        match=rf"^--frame_pooling={other} differs from the checkpoint's {frame_pooling} \(c\);",
+    ):
+        evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_pooling=other), "c")
 
 
 def test_restores_every_weight_of_the_checkpoint_it_names(cartpole_run):

@@ -192,6 +192,37 @@ def test_a_resume_keeps_the_frame_skip(
         assert loader.restore_latest()
 
 
+@pytest.mark.parametrize(
+    "saved_pooling, run_pooling, refused",
+    [
+        ("last", "last", None),
+        ("max", "last", "max"),  # Another frame shown for a step is another game too.
+        (None, "max", None),  # From before the pooling was kept: the maximum of two frames.
+        (None, "last", "max"),
+    ],
+)
+def test_a_resume_keeps_the_frame_pooling(tmp_path, saved_pooling, run_pooling, refused):
+    """`refused`: None, or the checkpoint's frame pooling the refusal names."""
+    agent, trainer = _trainer(seed=0)
+    saved = dict(PONG_IDENTITY, num_action_repeats=1, frames_per_step=4)
+    if saved_pooling:
+        saved["frame_pooling"] = saved_pooling
+    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, saved, keep=1).save(1, 1)
+    run = dict(PONG_IDENTITY, num_action_repeats=1, frames_per_step=4, frame_pooling=run_pooling)
+    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, run, keep=1)
+    if refused:
+        with pytest.raises(
+            checkpoints.CheckpointMismatchError,
+            match=re.escape(
+                f"frame_pooling (--frame_pooling): the checkpoint has '{refused}', this run has "
+                f"'{run_pooling}'"
+            ),
+        ):
+            loader.restore_latest()
+    else:
+        assert loader.restore_latest()
+
+
 def _saved_run(tmp_path, versions=(1, 2, 3)):
     """Checkpoints at `versions` (100 frames each), with each version's weights."""
     agent, trainer = _trainer(seed=0)

@@ -557,6 +557,7 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         ("seed", -1, "--seed=-1: must be >= 0"),
         ("repeat_action_probability", 1.0, "--repeat_action_probability=1.0: must be a number"),
         ("frame_skip", True, "--frame_skip=True: must be 0 (the default: 4, DeepMind's) or"),
+        ("frame_pooling", "", "--frame_pooling='': must be one of max, last (max: the maximum"),
     ],
 )
 def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
