@@ -158,6 +158,19 @@ def test_refuses_a_checkpoint_from_another_environment_naming_both(tmp_path):
 PONG_IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent_name": "MLPAgent", "num_actions": 6}
 
 
+def _resume(tmp_path, saved: dict, run: dict, refusal: str | None) -> None:
+    """Saves a checkpoint of identity `saved` and resumes a run of identity `run` from it:
+    refused with `refusal` in the error, or (None) restored."""
+    agent, trainer = _trainer(seed=0)
+    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, saved, keep=1).save(1, 1)
+    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, run, keep=1)
+    if refusal:
+        with pytest.raises(checkpoints.CheckpointMismatchError, match=re.escape(refusal)):
+            loader.restore_latest()
+    else:
+        assert loader.restore_latest()
+
+
 @pytest.mark.parametrize(
     "saved_frames_per_step, run_frames_per_step, refused",
     [
@@ -171,25 +184,16 @@ def test_a_resume_keeps_the_frame_skip(
     tmp_path, saved_frames_per_step, run_frames_per_step, refused
 ):
     """`refused`: None, or the checkpoint's frames per step the refusal names."""
-    agent, trainer = _trainer(seed=0)
     repeats = 1 if saved_frames_per_step else 2
     saved = dict(PONG_IDENTITY, num_action_repeats=repeats)
     if saved_frames_per_step:
         saved["frames_per_step"] = saved_frames_per_step
-    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, saved, keep=1).save(1, 1)
     run = dict(PONG_IDENTITY, num_action_repeats=repeats, frames_per_step=run_frames_per_step)
-    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, run, keep=1)
-    if refused:
-        with pytest.raises(
-            checkpoints.CheckpointMismatchError,
-            match=re.escape(
-                f"frames_per_step (--frame_skip x --num_action_repeats): the checkpoint has "
-                f"{refused}, this run has {run_frames_per_step}"
-            ),
-        ):
-            loader.restore_latest()
-    else:
-        assert loader.restore_latest()
+    refusal = refused and (
+        f"frames_per_step (--frame_skip x --num_action_repeats): the checkpoint has "
+        f"{refused}, this run has {run_frames_per_step}"
+    )
+    _resume(tmp_path, saved, run, refusal)
 
 
 @pytest.mark.parametrize(
@@ -203,24 +207,15 @@ def test_a_resume_keeps_the_frame_skip(
 )
 def test_a_resume_keeps_the_frame_pooling(tmp_path, saved_pooling, run_pooling, refused):
     """`refused`: None, or the checkpoint's frame pooling the refusal names."""
-    agent, trainer = _trainer(seed=0)
     saved = dict(PONG_IDENTITY, num_action_repeats=1, frames_per_step=4)
     if saved_pooling:
         saved["frame_pooling"] = saved_pooling
-    checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, saved, keep=1).save(1, 1)
     run = dict(PONG_IDENTITY, num_action_repeats=1, frames_per_step=4, frame_pooling=run_pooling)
-    loader = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, run, keep=1)
-    if refused:
-        with pytest.raises(
-            checkpoints.CheckpointMismatchError,
-            match=re.escape(
-                f"frame_pooling (--frame_pooling): the checkpoint has '{refused}', this run has "
-                f"'{run_pooling}'"
-            ),
-        ):
-            loader.restore_latest()
-    else:
-        assert loader.restore_latest()
+    refusal = refused and (
+        f"frame_pooling (--frame_pooling): the checkpoint has '{refused}', this run has "
+        f"'{run_pooling}'"
+    )
+    _resume(tmp_path, saved, run, refusal)
 
 
 def _saved_run(tmp_path, versions=(1, 2, 3)):
