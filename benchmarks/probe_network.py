@@ -13,8 +13,9 @@ starts) on those frames:
   logits std       the policy logits' standard deviation across frames (0: the same policy on
                    every frame, whatever it shows);
   value std        the baseline's standard deviation across frames.
-A checkpoint is probed with its own network, on frames of its own game and frame skip; `init` with
---agent_name, on frames of --level_name with --frame_skip.
+A checkpoint is probed with its own network, on frames of its own game, frame skip and frame
+pooling; `init` with --agent_name, on frames of --level_name with --frame_skip and
+--frame_pooling.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ flags.DEFINE_integer(
     0,
     "`init`, Atari: the frame skip of the frames shown (a run's --frame_skip); 0: the default, 4.",
     lower_bound=0,
+)
+flags.DEFINE_enum(
+    "frame_pooling",
+    "max",
+    list(configs.FRAME_POOLING_CHOICES),
+    "`init`, Atari: the frame each step shows (a run's --frame_pooling): max, the maximum of its "
+    "last two frames; last, its last frame.",
 )
 
 
@@ -86,7 +94,12 @@ def main(argv: list[str]) -> int:
         try:
             name, config, agent = _network(path)
             # (A frame skip of 0 is the default 4: one key for both.)
-            game = (config.level_name, config.num_action_repeats, config.atari_frames_per_step)
+            game = (
+                config.level_name,
+                config.num_action_repeats,
+                config.atari_frames_per_step,
+                config.frame_pooling,
+            )
             if game not in shown:
                 shown[game] = frames(config)
             observations, num_actions = shown[game]
@@ -119,7 +132,11 @@ def _network(path: str) -> tuple[str, envs.EnvConfig, networks.Agent | None]:
     observation shape)."""
     if path == "init":
         config = envs.EnvConfig(
-            FLAGS.level_name, num_envs=FLAGS.num_envs, seed=FLAGS.seed, frame_skip=FLAGS.frame_skip
+            FLAGS.level_name,
+            num_envs=FLAGS.num_envs,
+            seed=FLAGS.seed,
+            frame_skip=FLAGS.frame_skip,
+            frame_pooling=FLAGS.frame_pooling,
         )
         return path, config, None
     checkpoint, identity, agent = checkpoint_tools.restore_checkpoint(path)

@@ -18,10 +18,12 @@ def save_checkpoints(
     shape=(4,),
     num_actions=None,
     frames_per_step=None,
+    frame_pooling=None,
 ) -> list[list[np.ndarray]]:
     """Writes checkpoints as the learner does (weights, optimizer, counters, identity);
     returns each one's weights. Without `frames_per_step` the identity is one kept before
-    frames per step were (the game's default frame skip)."""
+    frames per step were (the game's default frame skip); without `frame_pooling`, one kept
+    before the frame pooling was (the maximum of a step's last two frames)."""
     dtype = "float32" if len(shape) == 1 else "uint8"
     if num_actions is None:
         num_actions = 2 if level_name == "CartPole-v1" else 4  # Breakout's
@@ -39,6 +41,8 @@ def save_checkpoints(
     }
     if frames_per_step is not None:
         identity["frames_per_step"] = frames_per_step
+    if frame_pooling is not None:
+        identity["frame_pooling"] = frame_pooling
     saver = checkpoints.Checkpointer(
         os.path.join(run_dir, "checkpoints"), agent, trainer.optimizer, identity, keep=3
     )
