@@ -209,8 +209,9 @@ def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
 def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list[str]:
     """The `--extra` flags that give an experiment.py flag the value the configuration named
     `config` (with the `--preset` among them, if any) gives it already, each as a line saying
-    so: a run meant to try a setting that changes nothing is one of the configuration's own."""
-    parsed = []
+    so: a run meant to try a setting that changes nothing is one of the configuration's own.
+    Of a flag given twice, the last value is the one the run takes, and the one looked at."""
+    parsed = {}
     for flag in extra:
         name, equals, text = flag.removeprefix("--").partition("=")
         if not equals and name not in experiment_flags.FLAGS and name.startswith("no"):
@@ -218,11 +219,11 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
         elif not equals:
             text = "true"
         if name in experiment_flags.flag_values() and name not in _PLACEMENT_FLAGS:
-            parsed.append((flag, name, text))
-    preset = next((text for _, name, text in parsed if name == "preset"), "")
+            parsed[name] = (flag, text)
+    preset = parsed.get("preset", (None, ""))[1]
     base = configuration_values(benchmark, preset if preset in experiment_flags.PRESETS else "")
     repeated = []
-    for flag, name, text in parsed:
+    for name, (flag, text) in parsed.items():
         try:
             value = experiment_flags.FLAGS[name].parser.parse(text)
         except (ValueError, TypeError, OverflowError):
@@ -258,8 +259,8 @@ def results(
         "config": curve.name,
         "command": "python -m benchmarks.learning " + " ".join(argv[1:]),
         "flags": list(benchmark.flags),
-        # What the run changed from `make train`'s set-up, read from the flags it ran with.
-        "changed_from_defaults": None if saved is None else changed_settings(benchmark, saved),
+        # What the run changed from its configuration's set-up, read from the flags it ran with.
+        "changed_from_configuration": None if saved is None else changed_settings(benchmark, saved),
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
         "frames": int(summary["frames"]),
@@ -544,7 +545,7 @@ def main(argv: list[str]) -> int:
         f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
         f"{figures['wall_minutes']} min in all"
     )
-    changed = figures["changed_from_defaults"]
+    changed = figures["changed_from_configuration"]
     if changed is not None:
         settings = ", ".join(
             f"--{name}={experiment_flags.as_text(value)}" for name, value in changed.items()

@@ -82,7 +82,7 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
     assert base["batch_size"] == 4 and base["normalize_advantages"] is True
     saved = {name: experiment_flags.as_text(value) for name, value in base.items()}
     figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
-    assert figures["changed_from_defaults"] is None  # no flags.json yet
+    assert figures["changed_from_configuration"] is None  # no flags.json yet
     saved.update(
         experiment="elsewhere",
         learner_hosts=["localhost:1234"],
@@ -94,7 +94,7 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
     )
     run_folder.write_flags(str(tmp_path), saved)
     figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
-    assert figures["changed_from_defaults"] == {
+    assert figures["changed_from_configuration"] == {
         "entropy_cost": "lots",
         "frame_skip": 3,
         "seed": "7",
@@ -106,9 +106,11 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
     [
         (["--normalize_advantages"], ["normalize_advantages"]),  # on by default
         (["--nonormalize_advantages"], []),
-        (["--batch_size=4", "--batch_size=8"], ["batch_size"]),  # the configuration's 4
+        (["--batch_size=8", "--batch_size=4"], ["batch_size"]),  # the configuration's 4, last
+        (["--batch_size=4", "--batch_size=8"], []),  # the last value is the run's
         (["--seed=0", "--frame_skip=3", "--learning_rate=0.00025"], ["seed", "learning_rate"]),
-        (["--preset=paper", "--optimizer=rmsprop", "--optimizer=adam"], ["optimizer"]),
+        (["--preset=paper", "--optimizer=adam", "--optimizer=rmsprop"], ["optimizer"]),
+        (["--preset=paper", "--optimizer=rmsprop", "--optimizer=adam"], []),
         (["--preset=nonsense", "--optimizer=adam", "--seed=x", "--num_actors=2"], ["optimizer"]),
     ],
 )
@@ -309,6 +311,39 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     assert completed.returncode != 0
     assert "flag --frame_skip=-1: -1 is not a non-negative integer" in completed.stderr
     assert "Traceback" not in completed.stderr
+    completed = _run(
+        "--level_name=impala/Catch-v0", "--frame_pooling=last", "init", script="probe_network"
+    )
+    assert completed.returncode == 2
+    (error,) = completed.stderr.strip().splitlines()[-1:]
+    assert error.startswith("probe_network.py: error: --frame_pooling=last: frame pooling is an")
+
+
+def test_probe_network_shows_each_checkpoint_the_frames_of_its_own_pooling(tmp_path):
+    """The same weights, trained (as their identities say) on each step's maximum of two frames
+    and on its last frame: each is probed on frames of its own kind, so their figures differ."""
+    figures, weights = {}, {}
+    for frame_pooling in ("max", "last"):
+        run_dir = tmp_path / frame_pooling
+        tf.random.set_seed(0)  # the same initial weights, so the same checkpoints' weights
+        weights[frame_pooling] = save_checkpoints(
+            run_dir,
+            "PongNoFrameskip-v4",
+            "SimpleConvNetAgent",
+            shape=(84, 84, 4),
+            num_actions=6,
+            frames_per_step=4,
+            frame_pooling=frame_pooling,
+        )
+    for mine, theirs in zip(weights["max"][-1], weights["last"][-1], strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    completed = _run(str(tmp_path / "max"), str(tmp_path / "last"), script="probe_network")
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.strip().splitlines()
+    for frame_pooling, line in zip(("max", "last"), lines[-2:], strict=True):
+        assert line.startswith(f"{tmp_path / frame_pooling / 'checkpoints' / 'ckpt-7'} (Pong"), line
+        figures[frame_pooling] = line.split("features alive ", 1)[1]
+    assert figures["max"] != figures["last"], figures
 
 
 def test_probe_games_plays_each_environments_games_and_refuses_a_missing_checkpoint(tmp_path):
@@ -591,8 +626,8 @@ def test_catch_is_learned_from_pixels_through_the_distributed_path(catch_bench):
 def test_the_catch_report_names_the_one_setting_its_command_changed(catch_bench):
     """learning.json and the last lines say what the run changed from its configuration, read
     from the flags its learner ran with: here the seed that --extra gave, nothing else."""
-    assert catch_bench.stopped["changed_from_defaults"] == {"seed": 1}, catch_bench.stopped
-    assert catch_bench.resumed["changed_from_defaults"] == {"seed": 1}, catch_bench.resumed
+    assert catch_bench.stopped["changed_from_configuration"] == {"seed": 1}, catch_bench.stopped
+    assert catch_bench.resumed["changed_from_configuration"] == {"seed": 1}, catch_bench.resumed
     assert "settings changed from --config=catch's: --seed=1\n" in catch_bench.resumed_log
 
 
