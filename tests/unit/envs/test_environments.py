@@ -141,24 +141,51 @@ def test_frame_pooling_is_refused_outside_atari(make):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
-def test_last_frame_pooling_shows_each_steps_last_frame(make):
-    """The same seeds and actions: each step's newest frame is its last emulator frame with
-    "last", and with "max" the maximum of it and the frame before, which is never darker and
-    differs where something moved between the two."""
+def _pong_screens(actions: list[int], frames_per_step: int = 4) -> list[tuple]:
+    """The last two greyscale screens of each step of a Pong game played frame by frame in
+    the emulator (FIRE on the first frame, as the environments start a game; no no-ops)."""
+    env = gym.make(PONG, frameskip=1, repeat_action_probability=0.0, obs_type="grayscale").unwrapped
+    try:
+        env.reset(seed=5)
+        fire = env.get_action_meanings().index("FIRE")
+        env.step(fire)
+        screens = [(env.ale.getScreenGrayscale(), env.ale.getScreenGrayscale())]
+        for action in actions:
+            kept = []
+            for _ in range(frames_per_step):
+                env.step(action)
+                kept = [*kept[-1:], env.ale.getScreenGrayscale()]
+            screens.append(tuple(kept))
+        return screens
+    finally:
+        env.close()
 
-    def play(frame_pooling: str) -> np.ndarray:
+
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+def test_frame_pooling_shows_a_steps_last_frame_or_the_maximum_of_its_last_two(make):
+    """Each step's newest frame against the emulator's own screens, 84x84 by INTER_AREA:
+    "last" is the step's last screen, "max" the maximum of its last two (which differ where
+    the ball or a paddle moved between them)."""
+    import cv2
+
+    actions = [2 + step % 2 for step in range(40)]  # RIGHT and LEFT, Pong's up and down
+    screens = _pong_screens(actions)
+
+    def shrink(screen: np.ndarray) -> np.ndarray:
+        return cv2.resize(screen, (84, 84), interpolation=cv2.INTER_AREA)
+
+    expected = {
+        "last": [shrink(last) for _, last in screens],
+        "max": [shrink(np.maximum(before, last)) for before, last in screens],
+    }
+    assert sum(not np.array_equal(m, x) for m, x in zip(*expected.values(), strict=True)) >= 20
+    for frame_pooling, frames in expected.items():
         config = EnvConfig(PONG, seed=5, noop_max=0, frame_pooling=frame_pooling)
         with make(config) as env:
-            observations = [env.reset().observation]
-            for step in range(60):
-                observations.append(env.step(np.array([2 + step % 2])).observation)
-        return np.stack(observations)[..., -1]  # each step's newest frame
-
-    maximum, last = play("max"), play("last")
-    assert np.all(maximum >= last)
-    moved = [step for step in range(len(last)) if not np.array_equal(maximum[step], last[step])]
-    assert len(moved) >= 30, moved  # the ball, and the paddles, move between a step's frames
+            newest = [env.reset().observation[0, ..., -1]]
+            newest += [env.step(np.array([a])).observation[0, ..., -1] for a in actions]
+        for step, (got, want) in enumerate(zip(newest, frames, strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{frame_pooling}, step {step}")
 
 
 def test_breakout_life_loss_ends_training_episode_but_not_the_game():

@@ -602,3 +602,21 @@ def test_a_learner_builds_its_environment_with_the_frame_skip():
     assert frames_per_step("PongNoFrameskip-v4", 3) == 3
     with pytest.raises(ValueError, match=r"^--frame_skip=3: .*not an Atari id"):
         frames_per_step("CartPole-v1", 3)
+
+
+def test_a_learner_builds_its_environment_with_the_frame_pooling():
+    # Its identity's frame pooling, which actors must match, and the refusal of other ids.
+    def frame_pooling(level_name: str, frame_pooling: str) -> str:
+        config = learner_loop.LearnerJobConfig(
+            level_name=level_name,
+            agent_name="MLPAgent",
+            learner_hosts=("localhost:8001",),
+            frame_pooling=frame_pooling,
+            secret_file="secret",
+        )
+        return learner_loop._build_agent(config)[0].frame_pooling
+
+    assert frame_pooling("PongNoFrameskip-v4", "max") == "max"
+    assert frame_pooling("PongNoFrameskip-v4", "last") == "last"
+    with pytest.raises(ValueError, match=r"^--frame_pooling=last: .*not an Atari id"):
+        frame_pooling("CartPole-v1", "last")
