@@ -14,7 +14,8 @@ without sticky actions; the same starts for every checkpoint) and keeps each gam
 to the game's start parity, on three readings of each step:
   paddle cue   whether each of the stacked frames shows the agent's paddle at two heights (the
                observation is the maximum of a step's last two frames, and in games of one
-               parity a moving paddle was redrawn between them): what the input shows;
+               parity a moving paddle was redrawn between them; a run trained with
+               `--frame_pooling=last` never shows it twice): what the input shows;
   torso        the torso's features (for recurrent agents, before the core): what the network
                computed from it;
   outputs      the policy logits and the value estimate: what the network used of it.

@@ -11,9 +11,10 @@ frame and on an even one apart (Pong moves the paddle on two-frame cycles and th
 of 4 keeps a game's parity, so a policy can play one kind well and the other badly), each with
 two figures that say whether the network can tell the two apart:
   * the share of steps whose observation shows the agent's paddle at two heights: the paddle
-    is redrawn on even frames and the observation is the maximum of a step's last two frames,
-    one odd and one even, so in games of one parity a moving paddle was redrawn between those
-    two frames and shows twice, in the other it shows once whatever it does;
+    is redrawn on even frames and the observation is the maximum of a step's last two frames
+    (`--frame_pooling=max`, the default), one odd and one even, so in games of one parity a
+    moving paddle was redrawn between those two frames and shows twice, in the other it shows
+    once whatever it does (with `--frame_pooling=last`, once in both);
   * the network's value estimate over each game's first 50 steps, before the first point: a
     network that sees the parity expects less of the parity it loses.
 Then the games by their first frame modulo 4, which the frame skip keeps all game long too:
