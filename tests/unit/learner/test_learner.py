@@ -586,37 +586,30 @@ def test_a_learner_refuses_sticky_actions_its_actors_would_refuse():
         learner_loop._build_agent(config)
 
 
+def _learner_environment(level_name: str, **settings):
+    """What a learner's `_build_agent` read from the environment it built with `settings`."""
+    config = learner_loop.LearnerJobConfig(
+        level_name=level_name,
+        agent_name="MLPAgent",
+        learner_hosts=("localhost:8001",),
+        secret_file="secret",
+        **settings,
+    )
+    return learner_loop._build_agent(config)[0]
+
+
 def test_a_learner_builds_its_environment_with_the_frame_skip():
     # Its identity's frames per step, which actors must match, and the refusal of other ids.
-    def frames_per_step(level_name: str, frame_skip: int) -> int:
-        config = learner_loop.LearnerJobConfig(
-            level_name=level_name,
-            agent_name="MLPAgent",
-            learner_hosts=("localhost:8001",),
-            frame_skip=frame_skip,
-            secret_file="secret",
-        )
-        return learner_loop._build_agent(config)[0].frames_per_step
-
-    assert frames_per_step("PongNoFrameskip-v4", 0) == 4
-    assert frames_per_step("PongNoFrameskip-v4", 3) == 3
+    assert _learner_environment("PongNoFrameskip-v4", frame_skip=0).frames_per_step == 4
+    assert _learner_environment("PongNoFrameskip-v4", frame_skip=3).frames_per_step == 3
     with pytest.raises(ValueError, match=r"^--frame_skip=3: .*not an Atari id"):
-        frames_per_step("CartPole-v1", 3)
+        _learner_environment("CartPole-v1", frame_skip=3)
 
 
 def test_a_learner_builds_its_environment_with_the_frame_pooling():
     # Its identity's frame pooling, which actors must match, and the refusal of other ids.
-    def frame_pooling(level_name: str, frame_pooling: str) -> str:
-        config = learner_loop.LearnerJobConfig(
-            level_name=level_name,
-            agent_name="MLPAgent",
-            learner_hosts=("localhost:8001",),
-            frame_pooling=frame_pooling,
-            secret_file="secret",
-        )
-        return learner_loop._build_agent(config)[0].frame_pooling
-
-    assert frame_pooling("PongNoFrameskip-v4", "max") == "max"
-    assert frame_pooling("PongNoFrameskip-v4", "last") == "last"
+    for frame_pooling in ("max", "last"):
+        built = _learner_environment("PongNoFrameskip-v4", frame_pooling=frame_pooling)
+        assert built.frame_pooling == frame_pooling
     with pytest.raises(ValueError, match=r"^--frame_pooling=last: .*not an Atari id"):
-        frame_pooling("CartPole-v1", "last")
+        _learner_environment("CartPole-v1", frame_pooling="last")
