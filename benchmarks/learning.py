@@ -159,22 +159,10 @@ def train(benchmark: Benchmark, frames: float, run_dir: str, extra: list[str]) -
     return time.monotonic() - started
 
 
-# experiment.py flags that say where a run is and which process plays which part, not how it
-# learns; `total_environment_frames` is the budget, which `--frames` gives.
-_PLACEMENT_FLAGS = frozenset(
-    {
-        "mode",
-        "job_name",
-        "task",
-        "learner_hosts",
-        "actor_hosts",
-        "experiment",
-        "logdir",
-        "checkpoint",
-        "secret_file",
-        "total_environment_frames",
-    }
-)
+# experiment.py flags that say where a run is and which process plays which part (the launchers'
+# per-process ones, and --mode=test's checkpoint), not how it learns; `total_environment_frames`
+# is the budget, which `--frames` gives.
+_PLACEMENT_FLAGS = run_folder.PER_PROCESS_FLAGS | {"checkpoint", "total_environment_frames"}
 
 
 def configuration_values(benchmark: Benchmark, preset: str = "") -> dict[str, object]:
@@ -211,6 +199,7 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
     `config` (with the `--preset` among them, if any) gives it already, each as a line saying
     so: a run meant to try a setting that changes nothing is one of the configuration's own.
     Of a flag given twice, the last value is the one the run takes, and the one looked at."""
+    settings = experiment_flags.flag_values()
     parsed = {}
     for flag in extra:
         name, equals, text = flag.removeprefix("--").partition("=")
@@ -218,7 +207,7 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
             name, text = name[2:], "false"  # absl's --noname
         elif not equals:
             text = "true"
-        if name in experiment_flags.flag_values() and name not in _PLACEMENT_FLAGS:
+        if name in settings and name not in _PLACEMENT_FLAGS:
             parsed[name] = (flag, text)
     preset = parsed.get("preset", (None, ""))[1]
     base = configuration_values(benchmark, preset if preset in experiment_flags.PRESETS else "")
