@@ -33,8 +33,6 @@ class VectorEnvironment:
         self.observation_shape: tuple[int, ...] = tuple(backend.observation_shape)
         self.observation_dtype: np.dtype = np.dtype(backend.observation_dtype)
         self.frames_per_step: int = backend.frames_per_step
-        # The frame an Atari step shows ("max" for every other family, which has no choice).
-        self.frame_pooling: str = config.frame_pooling
         self._seeded = False
         self._started = False
         self._closed = False
@@ -47,6 +45,11 @@ class VectorEnvironment:
     def config(self) -> EnvConfig:
         """The configuration this vector was built from."""
         return self._config
+
+    @property
+    def frame_pooling(self) -> str:
+        """The frame an Atari step shows ("max" for every other family, which has no choice)."""
+        return self._config.frame_pooling
 
     def reset(self) -> StepOutput:
         """Starts a new episode in every environment, dropping unfinished ones.
