@@ -25,53 +25,38 @@ def test_sticky_actions_reach_the_actors_and_the_single_process_trainer():
     assert local.repeat_action_probability == 0.25
 
 
-def test_the_frame_skip_reaches_every_role_and_the_evaluation():
+def _roles(*argv):
+    """The job configs of the actor, the learner, the single-process trainer and --mode=test
+    for these flags."""
     with flagsaver.flagsaver():
         FLAGS.unparse_flags()
         FLAGS(
             [
                 "experiment.py",
-                "--frame_skip=3",
+                *argv,
                 "--learner_hosts=localhost:8001",
                 "--secret_file=secret",
                 "--checkpoint=runs/x",
             ]
         )
         experiment.apply_preset()
-        configs = (
+        return (
             experiment.actor_job_config_from_flags(),
             experiment.learner_job_config_from_flags(),
             experiment.local_config_from_flags(),
             experiment.evaluation_config_from_flags(),
         )
-    assert [config.frame_skip for config in configs] == [3, 3, 3, 3]
+
+
+def test_the_frame_skip_reaches_every_role_and_the_evaluation():
+    assert [config.frame_skip for config in _roles("--frame_skip=3")] == [3, 3, 3, 3]
 
 
 def test_the_frame_pooling_reaches_every_role_and_the_evaluation():
-    def roles(*argv):
-        with flagsaver.flagsaver():
-            FLAGS.unparse_flags()
-            FLAGS(
-                [
-                    "experiment.py",
-                    *argv,
-                    "--learner_hosts=localhost:8001",
-                    "--secret_file=secret",
-                    "--checkpoint=runs/x",
-                ]
-            )
-            experiment.apply_preset()
-            return (
-                experiment.actor_job_config_from_flags(),
-                experiment.learner_job_config_from_flags(),
-                experiment.local_config_from_flags(),
-                experiment.evaluation_config_from_flags(),
-            )
-
-    given = roles("--frame_pooling=last")
+    given = _roles("--frame_pooling=last")
     assert [config.frame_pooling for config in given] == ["last"] * 4
     # Not given, --mode=test plays with the checkpoint's (None), training with the default.
-    assert [config.frame_pooling for config in roles()] == ["max", "max", "max", None]
+    assert [config.frame_pooling for config in _roles()] == ["max", "max", "max", None]
 
 
 def test_without_the_flag_there_are_no_sticky_actions():
