@@ -241,7 +241,7 @@ def results(
         summary = json.load(f)
     scalars = plot.read_scalars(run_dir)  # the event files: read once, for both figures below
     try:
-        saved = run_folder.read_flags(run_dir)
+        saved = run_folder.read_flags(run_dir)  # read once, for both figures that need it
     except ValueError:
         saved = None  # an unreadable flags.json: no record of what the run changed
     return {
@@ -268,7 +268,7 @@ def results(
         "frames_per_second_steady": summary["frames_per_second_steady"],
         "frames_per_second_overall": summary["frames"] / wall_secs,
         "policy_lag": policy_lag(scalars),
-        "policy_entropy": policy_entropy(scalars, run_dir, int(summary["frames"])),
+        "policy_entropy": policy_entropy(scalars, saved, run_dir, int(summary["frames"])),
         "wall_minutes": round(wall_secs / 60, 1),
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
@@ -293,7 +293,10 @@ def policy_lag(scalars: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict | None
 
 
 def policy_entropy(
-    scalars: dict[str, tuple[np.ndarray, np.ndarray]], run_dir: str, frames: int
+    scalars: dict[str, tuple[np.ndarray, np.ndarray]],
+    saved_flags: dict | None,
+    run_dir: str,
+    frames: int,
 ) -> dict | None:
     """How random the learner's policy was along the run: its mean entropy per agent step, as a
     fraction of the uniform policy's (ln of the number of actions), averaged over the steps the
@@ -302,12 +305,13 @@ def policy_entropy(
     Read from the entropy term of the loss (`loss/entropy`: the entropy bonus's weight times the
     negative entropy summed over a batch's `batch_size` x `unroll_length` steps, rank 0's batch)
     and that weight (`loss/entropy_cost`) in `scalars` (`plot.read_scalars(run_dir)`), the
-    batch shape in the run's flags and the number of actions in its latest checkpoint. None if
-    any of these is missing or the weight was 0.
+    batch shape in the run's flags (`saved_flags`, its flags.json; None if it has none it can
+    read) and the number of actions in its latest checkpoint. None if any of these is missing or
+    the weight was 0.
     """
     from impala.evaluation import restore  # TensorFlow: only once training is over
 
-    saved = run_folder.read_flags(run_dir) or {}
+    saved = saved_flags or {}
     shape = [saved.get("batch_size"), saved.get("unroll_length")]
     # flags.json is only read: a field that is not a positive whole number gives no figure.
     if not all(type(size) is int and size > 0 for size in shape):

@@ -99,6 +99,11 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
         "frame_skip": 3,
         "seed": "7",
     }
+    # A flags.json anyone may have written: unreadable, or not an object of flags.
+    for hostile in ("{not json", "[1, 2]", "\udcff"):
+        (tmp_path / "flags.json").write_text(hostile, errors="surrogateescape")
+        figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+        assert figures["changed_from_configuration"] is None, hostile
 
 
 @pytest.mark.parametrize(
@@ -141,7 +146,7 @@ def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
 def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
     # A batch of 2 x 5 steps, 6 actions: the uniform policy's entropy term is -w * 10 * ln 6.
     save_checkpoints(str(tmp_path), num_actions=6)
-    run_folder.write_flags(str(tmp_path), {"batch_size": 2, "unroll_length": 5})
+    flags = {"batch_size": 2, "unroll_length": 5}  # the run's flags.json
     uniform = 10 * np.log(6)
     points = [  # (frames, entropy term, its weight)
         (50, -0.01 * uniform, 0.01),  # the first tenth of 1,000 frames: uniform
@@ -158,13 +163,14 @@ def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
             tf.summary.scalar("loss/entropy_cost", weight, step=frames)
     writer.close()
     scalars = plot.read_scalars(str(tmp_path))
-    entropy = learning.policy_entropy(scalars, str(tmp_path), 1000)
+    entropy = learning.policy_entropy(scalars, flags, str(tmp_path), 1000)
     assert entropy["maximum_nats"] == round(np.log(6), 4)
     nothing = [None] * 6
     assert entropy["fraction_of_maximum_by_tenth"] == [1.0, 0.8, 0.4, *nothing, 0.5]
     # Without the batch's shape in the run's flags, or with a shape that is not two positive
     # whole numbers (flags.json is a file anyone may edit), there is no figure, and no error.
     for shape in (
+        None,
         {},
         {"batch_size": 2},
         {"batch_size": "2", "unroll_length": 5},
@@ -173,12 +179,10 @@ def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
         {"batch_size": 2.0, "unroll_length": 5},
         {"batch_size": -2, "unroll_length": -5},
     ):
-        run_folder.write_flags(str(tmp_path), shape)
-        assert learning.policy_entropy(scalars, str(tmp_path), 1000) is None, shape
+        assert learning.policy_entropy(scalars, shape, str(tmp_path), 1000) is None, shape
     # Nor without a checkpoint to count the actions in.
-    run_folder.write_flags(str(tmp_path), {"batch_size": 2, "unroll_length": 5})
     shutil.rmtree(tmp_path / "checkpoints")
-    assert learning.policy_entropy(scalars, str(tmp_path), 1000) is None
+    assert learning.policy_entropy(scalars, flags, str(tmp_path), 1000) is None
 
 
 def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
