@@ -81,26 +81,37 @@ def encode(identity: dict[str, Any]) -> str:
     return json.dumps(identity, sort_keys=True)
 
 
-def with_legacy_defaults(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """`saved` (a checkpoint's identity) as this version keeps it.
+def frame_pooling(identity: dict[str, Any]) -> str:
+    """The frame a run's Atari steps showed: a checkpoint written before the frame pooling could
+    be chosen does not hold it, and showed the maximum of a step's last two frames, "max"
+    (every family's value)."""
+    return identity.get("frame_pooling", "max")
 
-    Checkpoints written before the frame pooling could be chosen do not hold `frame_pooling`:
-    their steps showed the maximum of their last two frames, "max" (every family's value).
-    Checkpoints written before the frame skip could be chosen do not hold `frames_per_step`:
-    they were trained with the default one, 4 emulator frames per action repeat in Atari games
-    and 1 elsewhere. For a checkpoint of `current`'s game, that is filled in: the game is an
-    Atari one exactly where `current` runs more than one frame per action repeat (no other
-    family skips frames). Of another game, `saved` is left as it is: the game's name differs.
+
+def frames_per_step(identity: dict[str, Any], atari: bool) -> int:
+    """The emulator frames of one of a run's steps: a checkpoint written before the frame skip
+    could be chosen does not hold them, and was trained with the default skip, 4 frames per
+    action repeat in Atari games (`atari`) and 1 elsewhere."""
+    if "frames_per_step" in identity:
+        return identity["frames_per_step"]
+    return (ATARI_FRAME_SKIP if atari else 1) * identity["num_action_repeats"]
+
+
+def with_legacy_defaults(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """`saved` (a checkpoint's identity) as this version keeps it, with what a checkpoint from
+    before a setting could be chosen lacks filled in (`frame_pooling`, `frames_per_step`).
+
+    The frame skip's default depends on the game: for a checkpoint of `current`'s game it is
+    filled in, the game being an Atari one exactly where `current` runs more than one frame per
+    action repeat (no other family skips frames). Of another game, it is left as `saved` has
+    it: the game's name differs.
     """
-    if "frame_pooling" not in saved and "frame_pooling" in current:
-        saved = {**saved, "frame_pooling": "max"}
-    if "frames_per_step" in saved or "frames_per_step" not in current:
-        return saved
-    if saved.get("level_name") != current.get("level_name"):
+    if "frame_pooling" in current:
+        saved = {**saved, "frame_pooling": frame_pooling(saved)}
+    if "frames_per_step" not in current or saved.get("level_name") != current.get("level_name"):
         return saved
     atari = current["frames_per_step"] > current["num_action_repeats"]
-    frames_per_repeat = ATARI_FRAME_SKIP if atari else 1
-    return {**saved, "frames_per_step": frames_per_repeat * saved["num_action_repeats"]}
+    return {**saved, "frames_per_step": frames_per_step(saved, atari)}
 
 
 # Keys named in `mismatch` by the flags that set them, where those are not the key itself.

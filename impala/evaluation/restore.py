@@ -88,11 +88,11 @@ def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> N
                 f"{trained_skip or 'none (not an Atari id)'} ({path}); leave --frame_skip "
                 f"out to play as it was trained"
             )
-    if config.frame_pooling is not None and config.frame_pooling != frame_pooling(identity):
+    trained_pooling = run_identity.frame_pooling(identity)
+    if config.frame_pooling is not None and config.frame_pooling != trained_pooling:
         raise ValueError(
             f"--frame_pooling={config.frame_pooling} differs from the checkpoint's "
-            f"{frame_pooling(identity)} ({path}); leave --frame_pooling out to play as it was "
-            f"trained"
+            f"{trained_pooling} ({path}); leave --frame_pooling out to play as it was trained"
         )
 
 
@@ -140,7 +140,7 @@ def environment_config(
         num_action_repeats=identity["num_action_repeats"],
         repeat_action_probability=repeat_action_probability,
         frame_skip=_frame_skip(identity),
-        frame_pooling=frame_pooling(identity),
+        frame_pooling=run_identity.frame_pooling(identity),
         # As in training, a lost Atari life is a `done` for the agent (a recurrent one
         # starts afresh there); the game goes on, and the scores are of whole games.
         episodic_life=True,
@@ -157,18 +157,9 @@ def check_environment(env: envs.VectorEnvironment, identity: dict, path: str) ->
             )
 
 
-def frame_pooling(identity: dict[str, Any]) -> str:
-    """The frame a run's Atari steps showed: a checkpoint from before it could be chosen showed
-    the maximum of a step's last two frames."""
-    return identity.get("frame_pooling", "max")
-
-
 def _frame_skip(identity: dict[str, Any]) -> int:
     """The Atari frame skip a run trained with, 0 for other ids: the frames of one step over
-    the action repeats. A checkpoint from before the frame skip could be chosen was trained
-    with the default one."""
+    the action repeats (`run_identity.frames_per_step`)."""
     if not envs.is_atari(identity["level_name"]):
         return 0
-    if "frames_per_step" not in identity:
-        return envs.ATARI_FRAME_SKIP
-    return identity["frames_per_step"] // identity["num_action_repeats"]
+    return run_identity.frames_per_step(identity, atari=True) // identity["num_action_repeats"]
