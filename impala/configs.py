@@ -48,7 +48,8 @@ class LearnerConfig:
     momentum: float = 0.0
     epsilon: float = 0.01
     total_environment_frames: int = 200_000_000  # the frame budget
-    # The learning rate anneals linearly to 0 over this many frames; 0: over the frame budget.
+    # The learning rate anneals linearly to 0 over this many frames, or over the frame budget if
+    # that is longer (0: over the budget, the paper's schedule).
     learning_rate_anneal_frames: int = 0
     # The rate holds at `learning_rate` until this many frames before the anneal's end, then
     # falls linearly to 0 over them; 0, or more than the anneal's frames: it falls throughout.

@@ -142,12 +142,16 @@ flags.DEFINE_float(
     200e6,
     "Training budget in emulator frames (agent steps x frame skip x repeats).",
 )
+# The learning rate's schedule is the default budget's whatever the budget: a shorter run trains
+# with its first frames at an almost held rate, the schedule the README's Learning results
+# measure; a longer one anneals over its own budget.
 flags.DEFINE_float(
     "learning_rate_anneal_frames",
-    0,
-    "Emulator frames over which the learning rate anneals linearly to 0 (0: the frame budget, "
-    "--total_environment_frames). A run stopped before it trains with the schedule of a longer "
-    "one.",
+    200e6,
+    "Emulator frames over which the learning rate anneals linearly to 0, or the frame budget "
+    "(--total_environment_frames) if that is longer, so that the rate never reaches 0 before "
+    "the run ends. By default the default budget's 200M: a shorter run trains with the first "
+    "frames of that schedule. 0: over the budget whatever it is (the paper's schedule).",
 )
 flags.DEFINE_float(
     "learning_rate_cooldown_frames",

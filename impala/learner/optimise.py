@@ -22,10 +22,11 @@ def _linear(start: float, end: float, frames: int | tf.Tensor, horizon: int) -> 
 
 def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
     """The learning rate: `learning_rate` falling linearly to 0 at `learning_rate_anneal_frames`
-    frames (or at the frame budget if that is 0), over the last `learning_rate_cooldown_frames`
-    of them only if that is set (else over the share `learning_rate_cooldown_fraction` of them
-    if that is), holding at `learning_rate` before; else over all of them."""
-    horizon = config.learning_rate_anneal_frames or config.total_environment_frames
+    frames, or at the frame budget if that is later (or the anneal's frames are 0), over the last
+    `learning_rate_cooldown_frames` of them only if that is set (else over the share
+    `learning_rate_cooldown_fraction` of them if that is), holding at `learning_rate` before;
+    else over all of them. A run never trains on at a rate of 0."""
+    horizon = max(config.learning_rate_anneal_frames, config.total_environment_frames)
     cooldown = config.learning_rate_cooldown_frames or round(
         config.learning_rate_cooldown_fraction * horizon
     )

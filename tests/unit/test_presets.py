@@ -6,6 +6,7 @@ from absl.testing import flagsaver
 import experiment
 import networks
 from impala import configs
+from impala.learner import optimise
 
 FLAGS = experiment.FLAGS
 
@@ -51,7 +52,38 @@ def test_the_paper_preset_holds_the_papers_values():
     # The defaults are not the paper's (README, "Learning results"): the preset must change them.
     assert all(
         FLAGS[name].default != paper[name]
-        for name in ("optimizer", "batch_size", "batch_reuse", "policy_clip", "epsilon")
+        for name in (
+            "optimizer",
+            "batch_size",
+            "batch_reuse",
+            "policy_clip",
+            "epsilon",
+            "learning_rate_anneal_frames",
+        )
+    )
+
+
+def test_the_default_learning_rate_schedule_does_not_depend_on_a_shorter_budget():
+    # The command, `make train ARGS="--total_environment_frames=10000000"`, trains the
+    # first 10M frames of the 200M-frame default run's schedule, which the learning benchmark
+    # measures, not a rate falling to 0 at 10M.
+    short, _, _ = _config_from("--total_environment_frames=10000000")
+    default, _, _ = _config_from()
+    for frames in (0, 5_000_000, 10_000_000):
+        assert float(optimise.annealed_learning_rate(short, frames)) == float(
+            optimise.annealed_learning_rate(default, frames)
+        )
+    assert float(optimise.annealed_learning_rate(short, 10_000_000)) == pytest.approx(
+        0.95 * short.learning_rate
+    )
+    # A longer budget anneals over itself; the paper's preset over whatever budget it is given.
+    longer, _, _ = _config_from("--total_environment_frames=400000000")
+    assert float(optimise.annealed_learning_rate(longer, 200_000_000)) == pytest.approx(
+        0.5 * longer.learning_rate
+    )
+    paper, _, _ = _config_from("--preset=paper", "--total_environment_frames=10000000")
+    assert float(optimise.annealed_learning_rate(paper, 5_000_000)) == pytest.approx(
+        0.5 * paper.learning_rate
     )
 
 

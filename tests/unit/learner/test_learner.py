@@ -300,6 +300,10 @@ def test_learning_rate_anneals_linearly_to_zero():
     )
     assert float(optimise.annealed_learning_rate(longer, 1000)) == pytest.approx(0.00075)
     assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
+    # A budget longer than the anneal anneals over the budget: no frames trained at a rate of 0.
+    shorter = dataclasses.replace(longer, total_environment_frames=8000)
+    assert float(optimise.annealed_learning_rate(shorter, 4000)) == pytest.approx(0.0005)
+    assert float(optimise.annealed_learning_rate(shorter, 8000)) == 0.0
 
 
 def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_anneals_end():
