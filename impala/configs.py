@@ -49,12 +49,12 @@ class LearnerConfig:
     epsilon: float = 0.01
     total_environment_frames: int = 200_000_000  # the frame budget
     # The learning rate anneals linearly to 0 over this many frames, or over the frame budget if
-    # that is longer (0: over the budget, the paper's schedule).
+    # that is longer (0: over the budget, the paper's schedule): the schedule's horizon.
     learning_rate_anneal_frames: int = 0
-    # The rate holds at `learning_rate` until this many frames before the anneal's end, then
-    # falls linearly to 0 over them; 0, or more than the anneal's frames: it falls throughout.
+    # The rate holds at `learning_rate` until this many frames before the horizon's end, then
+    # falls linearly to 0 over them; 0, or at least the horizon: it falls throughout.
     learning_rate_cooldown_frames: int = 0
-    # The cooldown as a share of the anneal's frames, unless `learning_rate_cooldown_frames` is set.
+    # The cooldown as a share of the horizon, unless `learning_rate_cooldown_frames` is set.
     learning_rate_cooldown_fraction: float = 0.0
     batch_reuse: int = 1  # optimisation steps on each batch (V-trace corrects the later ones)
 
@@ -162,6 +162,33 @@ class LearnerConfig:
             "learning_rate_cooldown_fraction",
             self.learning_rate_cooldown_fraction,
             "must be in [0, 1]",
+        )
+        # A cooldown that would begin after the run ends is a schedule that never falls: most
+        # likely one meant for the budget, on the default horizon of 200M frames.
+        horizon, cooldown = self.learning_rate_horizon, self.learning_rate_cooldown
+        by_frames = self.learning_rate_cooldown_frames != 0
+        _require(
+            not 0 < cooldown < horizon or horizon - cooldown < self.total_environment_frames,
+            "learning_rate_cooldown_frames" if by_frames else "learning_rate_cooldown_fraction",
+            self.learning_rate_cooldown_frames
+            if by_frames
+            else self.learning_rate_cooldown_fraction,
+            f"the learning rate would begin to fall at {horizon - cooldown} frames, after the "
+            f"--total_environment_frames={self.total_environment_frames} budget "
+            f"(--learning_rate_anneal_frames={self.learning_rate_anneal_frames}); give "
+            "--learning_rate_anneal_frames=0 for a cooldown that ends with the budget",
+        )
+
+    @property
+    def learning_rate_horizon(self) -> int:
+        """Frames at which the learning rate reaches 0: the anneal's, or the budget if later."""
+        return max(self.learning_rate_anneal_frames, self.total_environment_frames)
+
+    @property
+    def learning_rate_cooldown(self) -> int:
+        """Frames before the horizon's end over which the rate falls (0: from the start)."""
+        return self.learning_rate_cooldown_frames or round(
+            self.learning_rate_cooldown_fraction * self.learning_rate_horizon
         )
 
 

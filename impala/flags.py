@@ -142,32 +142,34 @@ flags.DEFINE_float(
     200e6,
     "Training budget in emulator frames (agent steps x frame skip x repeats).",
 )
-# The learning rate's schedule is the default budget's whatever the budget: a shorter run trains
-# with its first frames at an almost held rate, the schedule the README's Learning results
-# measure; a longer one anneals over its own budget.
+# By default the learning rate anneals over the default budget's 200M frames, or over a longer
+# budget: a shorter run trains with that schedule's first frames at an almost held rate, the
+# schedule the README's Learning results measure.
 flags.DEFINE_float(
     "learning_rate_anneal_frames",
     200e6,
     "Emulator frames over which the learning rate anneals linearly to 0, or the frame budget "
     "(--total_environment_frames) if that is longer, so that the rate never reaches 0 before "
-    "the run ends. By default the default budget's 200M: a shorter run trains with the first "
-    "frames of that schedule. 0: over the budget whatever it is (the paper's schedule).",
+    "the run ends: the schedule's horizon. By default the default budget's 200M, so a shorter "
+    "run trains with the first frames of that schedule. 0: the budget, whatever it is (the "
+    "paper's schedule; also what a cooldown that ends with a shorter budget needs).",
 )
 flags.DEFINE_float(
     "learning_rate_cooldown_frames",
     0,
     "The learning rate holds at --learning_rate until this many emulator frames before the end "
-    "of its anneal, then falls linearly to 0 over them (0, or as many as the anneal's: it falls "
-    "from the start, PPO's schedule): a rate that stays up while the policy is being learned "
-    "and steadies it at the end.",
+    "of the schedule's horizon (see --learning_rate_anneal_frames), then falls linearly to 0 "
+    "over them (0, or the whole horizon: it falls from the start, PPO's schedule): a rate that "
+    "stays up while the policy is being learned and steadies it at the end. A cooldown that "
+    "would begin after the budget is refused.",
 )
 flags.DEFINE_float(
     "learning_rate_cooldown_fraction",
     0.0,
-    "--learning_rate_cooldown_frames as a share of the anneal's frames, so that the schedule "
-    "scales with the budget: 0.3 holds the rate for the first 70% of them and lets it fall "
-    "over the last 30% (0 or 1: it falls from the start). --learning_rate_cooldown_frames, "
-    "when not 0, takes its place.",
+    "--learning_rate_cooldown_frames as a share of the schedule's horizon, so that with "
+    "--learning_rate_anneal_frames=0 the schedule scales with the budget: 0.3 holds the rate for "
+    "the first 70% of it and lets it fall over the last 30% (0 or 1: it falls from the start). "
+    "--learning_rate_cooldown_frames, when not 0, takes its place.",
 )
 flags.DEFINE_integer("batch_size", 16, "Trajectories per learner batch (the paper: 32).")
 flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
@@ -244,7 +246,8 @@ flags.DEFINE_float(
 flags.DEFINE_float(
     "learning_rate",
     2.5e-4,
-    "Learning rate, annealed linearly to 0 over --learning_rate_anneal_frames (the paper: 6e-4).",
+    "Learning rate, annealed linearly to 0 over --learning_rate_anneal_frames or the budget "
+    "if longer (the paper: 6e-4).",
 )
 flags.DEFINE_enum(
     "optimizer",

@@ -26,10 +26,7 @@ def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf
     `learning_rate_cooldown_frames` of them only if that is set (else over the share
     `learning_rate_cooldown_fraction` of them if that is), holding at `learning_rate` before;
     else over all of them. A run never trains on at a rate of 0."""
-    horizon = max(config.learning_rate_anneal_frames, config.total_environment_frames)
-    cooldown = config.learning_rate_cooldown_frames or round(
-        config.learning_rate_cooldown_fraction * horizon
-    )
+    horizon, cooldown = config.learning_rate_horizon, config.learning_rate_cooldown
     if cooldown == 0 or cooldown >= horizon:
         return _linear(config.learning_rate, 0.0, frames, horizon)
     into_cooldown = tf.maximum(tf.cast(frames, tf.float64) - float(horizon - cooldown), 0.0)

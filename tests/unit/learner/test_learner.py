@@ -301,9 +301,9 @@ def test_learning_rate_anneals_linearly_to_zero():
     assert float(optimise.annealed_learning_rate(longer, 1000)) == pytest.approx(0.00075)
     assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
     # A budget longer than the anneal anneals over the budget: no frames trained at a rate of 0.
-    shorter = dataclasses.replace(longer, total_environment_frames=8000)
-    assert float(optimise.annealed_learning_rate(shorter, 4000)) == pytest.approx(0.0005)
-    assert float(optimise.annealed_learning_rate(shorter, 8000)) == 0.0
+    longer_budget = dataclasses.replace(longer, total_environment_frames=8000)
+    assert float(optimise.annealed_learning_rate(longer_budget, 4000)) == pytest.approx(0.0005)
+    assert float(optimise.annealed_learning_rate(longer_budget, 8000)) == 0.0
 
 
 def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_anneals_end():
@@ -313,8 +313,11 @@ def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_annea
     for frames, rate in [(0, 0.001), (600, 0.001), (700, 0.00075), (900, 0.00025), (1000, 0.0)]:
         assert float(optimise.annealed_learning_rate(config, frames)) == pytest.approx(rate)
     assert float(optimise.annealed_learning_rate(config, 5000)) == 0.0
-    # The anneal's own horizon ends it, not the budget.
-    longer = dataclasses.replace(config, learning_rate_anneal_frames=4000)
+    # An anneal longer than the budget ends it, not the budget: a run stopped at its budget
+    # trains with a longer run's schedule, here into its cooldown.
+    longer = dataclasses.replace(
+        config, total_environment_frames=3700, learning_rate_anneal_frames=4000
+    )
     assert float(optimise.annealed_learning_rate(longer, 3600)) == pytest.approx(0.001)
     assert float(optimise.annealed_learning_rate(longer, 3800)) == pytest.approx(0.0005)
     # A cooldown as long as the anneal or longer (a short run of a long-cooldown schedule)
@@ -322,6 +325,32 @@ def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_annea
     for cooldown in (1000, 10**9):
         whole = dataclasses.replace(config, learning_rate_cooldown_frames=cooldown)
         assert float(optimise.annealed_learning_rate(whole, 250)) == pytest.approx(0.00075)
+
+
+@pytest.mark.parametrize(
+    "cooldown,flag",
+    [
+        ({"learning_rate_cooldown_frames": 3_000_000}, "--learning_rate_cooldown_frames=3000000"),
+        ({"learning_rate_cooldown_fraction": 0.15}, "--learning_rate_cooldown_fraction=0.15"),
+    ],
+)
+def test_a_cooldown_that_would_begin_after_the_budget_is_a_one_line_error(cooldown, flag):
+    # Meant for a 10M-frame budget, on a 200M-frame horizon: the rate would never fall.
+    with pytest.raises(ValueError) as raised:
+        LearnerConfig(
+            total_environment_frames=10_000_000,
+            learning_rate_anneal_frames=200_000_000,
+            **cooldown,
+        )
+    message = str(raised.value)
+    assert message.startswith(f"{flag}: the learning rate would begin to fall at ")
+    assert "after the --total_environment_frames=10000000 budget" in message
+    assert message.endswith(
+        "give --learning_rate_anneal_frames=0 for a cooldown that ends with the budget"
+    )
+    assert "\n" not in message
+    # Over the budget itself, the same cooldowns end with the run.
+    LearnerConfig(total_environment_frames=10_000_000, **cooldown)
 
 
 def test_a_cooldown_given_as_a_share_of_the_anneal_scales_with_the_budget():
