@@ -77,7 +77,7 @@ _MILESTONES = "--keep_checkpoint_every_frames=1e6"
 
 BENCHMARKS = {
     # `make train ARGS="--total_environment_frames=10e6"`: the first 10M frames of the default
-    # learning-rate schedule, which anneals over 200M whatever the budget.
+    # learning-rate schedule, whose learning rate anneals over 200M frames.
     "pong": Benchmark(
         ("--level_name=PongNoFrameskip-v4", _MILESTONES),
         10e6,
