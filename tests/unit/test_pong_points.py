@@ -151,3 +151,75 @@ def test_the_computers_paddle_keeps_a_four_frame_cycle_that_a_game_meets_at_one_
             assert even[1] > 1.5 * even[0] > 0, moves
     finally:
         env.close()
+
+
+HELD_HEIGHT, DRAWN_HEIGHT = 60, 51  # RAM bytes: the agent's paddle as the game holds and draws it
+
+
+def _paddle_rows(ale) -> tuple[int, int] | None:
+    """The first and last screen rows of the agent's paddle, or None while it is not drawn."""
+    lit = np.flatnonzero(ale.getScreenGrayscale()[34:194, 142] >= pong_points.PADDLE_GREY)
+    return (int(lit[0]), int(lit[-1])) if lit.size else None
+
+
+def test_the_game_reads_the_controller_on_odd_frames_and_draws_the_move_on_the_next():
+    # Why a game's start parity changes how the paddle answers a step's action: each frame
+    # the controller is read moves the height the game holds (byte 60), and the screen shows
+    # that height (byte 51) only from the next frame, whatever frames the game was reset on.
+    env = gym.make("PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0)
+    try:
+        env.reset(seed=0)
+        ale = env.unwrapped.ale
+        # `ale.act` takes the emulator's own actions, not indices into the minimal set.
+        actions, down = ale.getMinimalActionSet(), ale_py.Action.LEFT
+        rng = np.random.default_rng(0)
+        reads, draws = set(), set()
+        for _ in range(4):
+            for _ in range(int(rng.integers(100, 400))):
+                ale.act(actions[rng.integers(len(actions))])
+            ale.reset_game()
+            for _ in range(int(rng.integers(120, 160))):
+                ale.act(0)  # the paddle comes to rest
+            for frame in range(12):
+                held, drawn, rows = (
+                    ale.getRAM()[HELD_HEIGHT],
+                    ale.getRAM()[DRAWN_HEIGHT],
+                    _paddle_rows(ale),
+                )
+                ale.act(down if frame < 6 else 0)
+                ram, number = ale.getRAM(), ale.getEpisodeFrameNumber()
+                if ram[HELD_HEIGHT] != held:
+                    reads.add(number % 2)
+                if ram[DRAWN_HEIGHT] != drawn:
+                    draws.add(number % 2)
+                    assert ram[DRAWN_HEIGHT] == held, (number, held, ram[DRAWN_HEIGHT])
+                assert (_paddle_rows(ale) != rows) == (ram[DRAWN_HEIGHT] != drawn), number
+        assert (reads, draws) == ({1}, {0})
+    finally:
+        env.close()
+
+
+def test_a_step_shows_where_its_action_left_the_paddle_only_in_games_from_an_even_frame():
+    # So with the frame skip of 4, a game begun on an even frame reads the controller on each
+    # step's first and third frames and shows both moves; one begun on an odd frame reads it on
+    # the second and fourth, and its observation shows the paddle one read behind.
+    behind = {}
+    for extra in (0, 1):
+        env = gym.make("PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0)
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84)
+        try:
+            env.reset(seed=0)
+            ale = env.unwrapped.ale
+            for _ in range(extra):
+                ale.act(0)
+            parity = ale.getEpisodeFrameNumber() % 2
+            meanings = env.unwrapped.get_action_meanings()
+            actions = [meanings.index("RIGHT")] * 3 + [meanings.index("LEFT")] * 4
+            lags = []
+            for action in actions:
+                env.step(action)
+                lags.append(int(ale.getRAM()[HELD_HEIGHT]) != int(ale.getRAM()[DRAWN_HEIGHT]))
+            behind[parity] = sum(lags)
+        finally:
+            env.close()
+    assert behind == {0: 0, 1: 7}, behind
