@@ -77,13 +77,18 @@ def test_report_splits_games_by_their_first_frame_and_outcome_and_points_by_serv
     ]
 
 
-def _paddle_shown_twice_while_moving(
-    extra_start_frames: int, preprocessing=gym.wrappers.AtariPreprocessing
-) -> list[bool]:
-    """Whether each observation shows the paddle twice while the agent moves it up, then down,
-    in a real Pong game started with `extra_start_frames` no-op frames, preprocessed as the
-    evaluation environments do (frame skip 4, the last two frames max-pooled or, with
-    `atari._LastFrame`, the last alone, 84x84)."""
+def _shown_twice(observation, ale) -> bool:
+    return pong_points.paddle_drawn_twice(observation)
+
+
+def _each_step_while_moving(
+    extra_start_frames: int, measure=_shown_twice, preprocessing=gym.wrappers.AtariPreprocessing
+) -> list:
+    """`measure(observation, ale)` after each step while the agent moves its paddle up, then
+    down, in a real Pong game started with `extra_start_frames` no-op frames, preprocessed as
+    the evaluation environments do (frame skip 4, the last two frames max-pooled or, with
+    `atari._LastFrame`, the last alone, 84x84); by default whether the observation shows the
+    paddle twice."""
     env = gym.make(
         "PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0, obs_type="grayscale"
     )
@@ -96,13 +101,13 @@ def _paddle_shown_twice_while_moving(
         up, down = meanings.index("RIGHT"), meanings.index("LEFT")  # Pong's RIGHT moves up
         # 3 steps take the paddle from the middle to the top wall, 4 back down.
         actions = [up] * 3 + [down] * 4
-        return [pong_points.paddle_drawn_twice(env.step(action)[0]) for action in actions]
+        return [measure(env.step(action)[0], env.unwrapped.ale) for action in actions]
     finally:
         env.close()
 
 
 def test_a_moving_paddle_shows_twice_in_games_of_one_parity_only():
-    shown = {extra: _paddle_shown_twice_while_moving(extra) for extra in (0, 1)}
+    shown = {extra: _each_step_while_moving(extra) for extra in (0, 1)}
     # Pong redraws the paddle on every other frame: with the max of a step's last two frames,
     # one parity sees each redraw between them (the paddle twice) and the other never does.
     assert sorted(map(any, shown.values())) == [False, True], shown
@@ -110,7 +115,9 @@ def test_a_moving_paddle_shows_twice_in_games_of_one_parity_only():
 
 
 def test_the_last_frame_alone_shows_a_moving_paddle_once_in_games_of_either_parity():
-    shown = {extra: _paddle_shown_twice_while_moving(extra, atari._LastFrame) for extra in (0, 1)}
+    shown = {
+        extra: _each_step_while_moving(extra, preprocessing=atari._LastFrame) for extra in (0, 1)
+    }
     assert not any(map(any, shown.values())), shown
 
 
@@ -181,11 +188,8 @@ def test_the_game_reads_the_controller_on_odd_frames_and_draws_the_move_on_the_n
             for _ in range(int(rng.integers(120, 160))):
                 ale.act(0)  # the paddle comes to rest
             for frame in range(12):
-                held, drawn, rows = (
-                    ale.getRAM()[HELD_HEIGHT],
-                    ale.getRAM()[DRAWN_HEIGHT],
-                    _paddle_rows(ale),
-                )
+                ram, rows = ale.getRAM(), _paddle_rows(ale)
+                held, drawn = ram[HELD_HEIGHT], ram[DRAWN_HEIGHT]
                 ale.act(down if frame < 6 else 0)
                 ram, number = ale.getRAM(), ale.getEpisodeFrameNumber()
                 if ram[HELD_HEIGHT] != held:
@@ -203,23 +207,13 @@ def test_a_step_shows_where_its_action_left_the_paddle_only_in_games_from_an_eve
     # So with the frame skip of 4, a game begun on an even frame reads the controller on each
     # step's first and third frames and shows both moves; one begun on an odd frame reads it on
     # the second and fourth, and its observation shows the paddle one read behind.
-    behind = {}
+    def behind(observation, ale) -> tuple[int, bool]:
+        ram = ale.getRAM()  # a step's 4 frames keep the start's parity
+        return ale.getEpisodeFrameNumber() % 2, bool(ram[HELD_HEIGHT] != ram[DRAWN_HEIGHT])
+
+    lags = {}
     for extra in (0, 1):
-        env = gym.make("PongNoFrameskip-v4", frameskip=1, repeat_action_probability=0.0)
-        env = gym.wrappers.AtariPreprocessing(env, noop_max=0, frame_skip=4, screen_size=84)
-        try:
-            env.reset(seed=0)
-            ale = env.unwrapped.ale
-            for _ in range(extra):
-                ale.act(0)
-            parity = ale.getEpisodeFrameNumber() % 2
-            meanings = env.unwrapped.get_action_meanings()
-            actions = [meanings.index("RIGHT")] * 3 + [meanings.index("LEFT")] * 4
-            lags = []
-            for action in actions:
-                env.step(action)
-                lags.append(int(ale.getRAM()[HELD_HEIGHT]) != int(ale.getRAM()[DRAWN_HEIGHT]))
-            behind[parity] = sum(lags)
-        finally:
-            env.close()
-    assert behind == {0: 0, 1: 7}, behind
+        steps = _each_step_while_moving(extra, behind)
+        assert len({parity for parity, _ in steps}) == 1, steps
+        lags[steps[0][0]] = sum(lag for _, lag in steps)
+    assert lags == {0: 0, 1: 7}, lags
