@@ -53,15 +53,18 @@ flags.DEFINE_float(
 flags.DEFINE_string(
     "csv_out",
     "",
-    "Also write the run's games as a curve file (CSV: frames, return, length, training hours) "
-    "here; one run only.",
+    "Also write the run's games as a curve file (CSV: frames, return, length, training hours, "
+    "start frames) here; one run only.",
 )
 
 RETURN_TAG = "episode/return"
 LENGTH_TAG = "episode/length_frames"  # written beside each return, in the same order
+START_TAG = "episode/start_frames"  # likewise, for the games that have a start (Atari's)
 TRAINING_SECS_TAG = "time/training_secs"
 # A curve file's header: one row per finished game, in the order the run reported them.
-CURVE_COLUMNS = ("frames", "return", "length_frames", "training_hours")
+CURVE_COLUMNS = ("frames", "return", "length_frames", "training_hours", "start_frames")
+# The header of the curve files written before games' start frames were kept: still read.
+_CURVE_COLUMNS_WITHOUT_STARTS = CURVE_COLUMNS[:4]
 _MAX_CURVE_BYTES = 64 << 20  # far above a 200M-frame run's games
 
 
@@ -117,6 +120,9 @@ class Curve(NamedTuple):
         time since its first event (including any time it was stopped).
       lengths: [N] each episode's length in emulator frames (NaN where the run wrote none), or
         None for a run that wrote no lengths (or ones that cannot be paired with its returns).
+      start_frames: [N] the frames each game began with (Atari's no-ops and FIRE; NaN where
+        the run wrote none), or None, as `lengths`. A frame skip of k keeps a game at its start
+        frame modulo k, and returns grouped by it show a policy that wins one kind of game only.
     """
 
     name: str
@@ -128,6 +134,7 @@ class Curve(NamedTuple):
     frames_reached: int
     hours_from_wall_time: bool
     lengths: np.ndarray | None = None
+    start_frames: np.ndarray | None = None
 
 
 def event_files(run_folder: str) -> list[str]:
@@ -256,7 +263,8 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         seconds = np.interp(episodes.steps, training_secs.steps, training_secs.values)
     else:
         seconds = episodes.wall_times - run.start_wall_time
-    lengths = _paired_lengths(run.scalars.get(LENGTH_TAG), episodes.steps)
+    lengths = _paired(run.scalars.get(LENGTH_TAG), episodes.steps)
+    start_frames = _paired(run.scalars.get(START_TAG), episodes.steps)
     return Curve(
         name=name,
         frames=episodes.steps,
@@ -267,16 +275,18 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
         frames_reached=int(max(scalars.steps.max() for scalars in run.scalars.values())),
         hours_from_wall_time=not has_training_time,
         lengths=lengths,
+        start_frames=start_frames,
     )
 
 
-def _paired_lengths(lengths, return_steps: np.ndarray) -> np.ndarray | None:
-    """Each episode's length, NaN where the run wrote none, or None if it wrote none at all.
+def _paired(lengths, return_steps: np.ndarray) -> np.ndarray | None:
+    """Each episode's value of a tag written beside its return (its length, or its start
+    frames), NaN where the run wrote none, or None if it wrote none at all.
 
-    Both tags are sorted stably by step, so one per episode pairs each length with its return.
-    Lengths may cover only the first episodes (a learner killed between an episode's two
-    records) or the last ones (a run resumed by a version that writes them); otherwise they
-    cannot be paired and none are used.
+    Both tags are sorted stably by step, so one per episode pairs each value with its return.
+    Values may cover only the first episodes (a learner killed between an episode's records)
+    or the last ones (a run resumed by a version that writes them); otherwise they cannot be
+    paired and none are used.
     """
     if lengths is None or not len(lengths.steps):
         return None
@@ -293,15 +303,18 @@ def _paired_lengths(lengths, return_steps: np.ndarray) -> np.ndarray | None:
 
 def write_curve_csv(curve: Curve, path: str) -> None:
     """Writes `curve`'s games as a curve file (`CURVE_COLUMNS`, one row per game), whole or not
-    at all. A length the run did not write is left empty."""
-    lengths = curve.lengths if curve.lengths is not None else np.full(len(curve.returns), np.nan)
+    at all. A length or start the run did not write is left empty."""
+    unknown = np.full(len(curve.returns), np.nan)
+    lengths = curve.lengths if curve.lengths is not None else unknown
+    starts = curve.start_frames if curve.start_frames is not None else unknown
     rows = [",".join(CURVE_COLUMNS)]
-    for frames, value, length, hours in zip(
-        curve.frames, curve.returns, lengths, curve.hours, strict=True
+    for frames, value, length, hours, start in zip(
+        curve.frames, curve.returns, lengths, curve.hours, starts, strict=True
     ):
         length_text = "" if np.isnan(length) else f"{int(length)}"
+        start_text = "" if np.isnan(start) else f"{int(start)}"
         value_text = np.format_float_positional(value, trim="-")  # exact, "-21" for -21.0
-        rows.append(f"{int(frames)},{value_text},{length_text},{float(hours):.5f}")
+        rows.append(f"{int(frames)},{value_text},{length_text},{float(hours):.5f},{start_text}")
     run_folder.write_text(path, "\n".join(rows) + "\n")
 
 
@@ -321,15 +334,21 @@ def read_curve_csv(path: str, name: str, window: int) -> Curve:
         raise PlotError(f"{path}: not a curve file (not ASCII text)") from None
     lines = text.splitlines()
     header = ",".join(CURVE_COLUMNS)
-    if not lines or lines[0].strip() != header:
+    columns = {",".join(c): c for c in (CURVE_COLUMNS, _CURVE_COLUMNS_WITHOUT_STARTS)}.get(
+        lines[0].strip() if lines else ""
+    )
+    if columns is None:
         raise PlotError(f"{path}, line 1: expected the header {header}")
-    frames, returns, lengths, hours = [], [], [], []
+    frames, returns, lengths, hours, starts = [], [], [], [], []
     for number, line in enumerate(lines[1:], start=2):
         fields = line.strip().split(",")
         if fields == [""]:
             continue
-        if len(fields) != len(CURVE_COLUMNS):
-            raise PlotError(f"{path}, line {number}: {len(fields)} fields, expected 4 ({header})")
+        if len(fields) != len(columns):
+            raise PlotError(
+                f"{path}, line {number}: {len(fields)} fields, expected {len(columns)} "
+                f"({','.join(columns)})"
+            )
         frame = _curve_field(path, number, "frames", fields[0], integer=True)
         if frames and frame < frames[-1]:
             raise PlotError(f"{path}, line {number}: frames {frame} is before the line above's")
@@ -340,10 +359,17 @@ def read_curve_csv(path: str, name: str, window: int) -> Curve:
             math.nan if not length else _curve_field(path, number, "length_frames", length)
         )
         hours.append(_curve_field(path, number, "training_hours", fields[3]))
+        start = fields[4].strip() if len(fields) > 4 else ""
+        starts.append(
+            math.nan
+            if not start
+            else _curve_field(path, number, "start_frames", start, integer=True)
+        )
     if not frames:
         raise PlotError(f"no finished episodes in {path}")
     returns_array = np.asarray(returns, dtype=np.float64)
     lengths_array = np.asarray(lengths, dtype=np.float64)
+    starts_array = np.asarray(starts, dtype=np.float64)
     return Curve(
         name=name,
         frames=np.asarray(frames, dtype=np.int64),
@@ -354,6 +380,7 @@ def read_curve_csv(path: str, name: str, window: int) -> Curve:
         frames_reached=frames[-1],  # the last game's: a curve file keeps games only
         hours_from_wall_time=False,
         lengths=None if np.isnan(lengths_array).all() else lengths_array,
+        start_frames=None if np.isnan(starts_array).all() else starts_array,
     )
 
 
@@ -460,21 +487,39 @@ def window_line(curve: Curve, window_frames: float) -> str:
 
     pong: mean return (game length in frames) of the games ending in each 0.5M frames from
     0M: -20.5 (3.6k), ..., 9.5M: +17.8 (7.9k)
+
+    and where the run kept its games' start frames, also the games begun on an odd frame and
+    on an even one apart: "7M: +10.4 (6.1k; odd +19.0, even +1.9)".
     """
     ends = np.floor(curve.frames / window_frames).astype(np.int64)
     means = []
     for start in np.unique(ends):
         games = ends == start
         mean = f"{start * window_frames / 1e6:g}M: {curve.returns[games].mean():+.1f}"
+        details = []
         if curve.lengths is not None:
             known = curve.lengths[games][~np.isnan(curve.lengths[games])]
-            mean += f" ({known.mean() / 1e3:.1f}k)" if len(known) else " (-)"
+            details.append(f"{known.mean() / 1e3:.1f}k" if len(known) else "-")
+        if curve.start_frames is not None:
+            details.append(_by_parity(curve.returns[games], curve.start_frames[games]))
+        if details:
+            mean += f" ({'; '.join(details)})"
         means.append(mean)
     what = "mean return" if curve.lengths is None else "mean return (game length in frames)"
     return (
         f"{curve.name}: {what} of the games ending in each {window_frames / 1e6:g}M frames "
         f"from {', '.join(means)}"
     )
+
+
+def _by_parity(returns: np.ndarray, start_frames: np.ndarray) -> str:
+    """ "odd +19.0, even +1.9": the mean return of the games begun on an odd frame and of
+    those begun on an even one ("-" for a kind with no game; NaN starts are left out)."""
+    parts = []
+    for name, parity in (("odd", 1), ("even", 0)):
+        chosen = returns[start_frames % 2 == parity]  # NaN % 2 is NaN: neither
+        parts.append(f"{name} {chosen.mean():+.1f}" if len(chosen) else f"{name} -")
+    return ", ".join(parts)
 
 
 def plot_runs(

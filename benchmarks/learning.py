@@ -10,7 +10,8 @@ Trains through the real distributed path (`run_local.py`: a learner process and 
 over gRPC, the defaults of `make train` unless the configuration says otherwise), then writes into
 `--out_dir` (default `runs/bench-<config>-<time>`, which is also the run folder):
   learning_curve.png  return against emulator frames and against training hours (`plot.py`);
-  curve.csv           the same games, one row each: frames, return, length, training hours
+  curve.csv           the same games, one row each: frames, return, length, training hours,
+                      and for Atari the frames the game began with (its no-ops and FIRE)
                       (`plot.py` reads it as it reads a run folder; it outlives the folder's
                       checkpoints and event files, as the ones in `benchmarks/curves/` do);
   learning.json       the configuration and its flags, the settings the run changed from them
@@ -20,8 +21,11 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       learner's steady rate and the overall rate, start-up included), the
                       policy lag its progress lines reported (median, 95th percentile and
                       largest), the policy's entropy against the uniform policy's in each
-                      tenth of the frames, and the score of `--test_games` games played with
-                      the final checkpoint as `experiment.py --mode=test` plays them.
+                      tenth of the frames, for Atari the last `--window` games' mean return
+                      by their start frame's parity and modulo the frame skip (a policy that
+                      wins the games of one phase only shows there), and the score of
+                      `--test_games` games played with the final checkpoint as
+                      `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
 again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
@@ -270,9 +274,45 @@ def results(
         "frames_per_second_overall": summary["frames"] / wall_secs,
         "policy_lag": policy_lag(scalars),
         "policy_entropy": policy_entropy(scalars, saved, run_dir, int(summary["frames"])),
+        "by_start_frame": by_start_frame(curve, first_full + 1, saved),
         "wall_minutes": round(wall_secs / 60, 1),
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
+    }
+
+
+def by_start_frame(curve: plot.Curve, window: int, saved: dict | None) -> dict | None:
+    """The last `window` games' mean return by the frame each began on: its parity, and its
+    phase modulo the frames of an agent step (a frame skip of k keeps a game at its start
+    modulo k all game long, and Pong answers the same actions differently by that phase), e.g.
+    {"games": 100, "parity": {"odd": {"games": 48, "mean_return": 19.0}, "even": ...},
+    "modulo": 4, "phase": {"0": ..., "1": ..., "2": ..., "3": ...}}. None for a run whose
+    games have no start frames (not Atari, or written before they were kept)."""
+    if curve.start_frames is None:
+        return None
+    starts, returns = curve.start_frames[-window:], curve.returns[-window:]
+    known = ~np.isnan(starts)
+    starts, returns = starts[known].astype(np.int64), returns[known]
+    if not len(starts):
+        return None
+    saved = saved if isinstance(saved, dict) else {}
+    try:
+        modulo = (int(saved.get("frame_skip") or 0) or 4) * int(saved.get("num_action_repeats", 1))
+    except (TypeError, ValueError):
+        modulo = 0
+    if not 1 <= modulo <= 64:
+        modulo = 4  # an unreadable or implausible record: DeepMind's frame skip, the default
+
+    def group(chosen: np.ndarray) -> dict:
+        games = returns[chosen]
+        mean = round(float(games.mean()), 2) if len(games) else None
+        return {"games": len(games), "mean_return": mean}
+
+    return {
+        "games": len(starts),
+        "parity": {"odd": group(starts % 2 == 1), "even": group(starts % 2 == 0)},
+        "modulo": modulo,
+        "phase": {str(phase): group(starts % modulo == phase) for phase in range(modulo)},
     }
 
 
@@ -559,6 +599,20 @@ def main(argv: list[str]) -> int:
         print(
             f"[learning] policy entropy, of the uniform policy's, in each tenth of the "
             f"frames: {tenths}"
+        )
+    if figures["by_start_frame"]:
+        starts = figures["by_start_frame"]
+
+        def mean(group: dict) -> str:
+            value = group["mean_return"]
+            games = group["games"]
+            return f"{'-' if value is None else f'{value:+.2f}'} ({games} game{'s' * (games != 1)})"
+
+        phases = ", ".join(f"{phase}: {mean(g)}" for phase, g in starts["phase"].items())
+        print(
+            f"[learning] the last {starts['games']} games by the frame each began on: odd "
+            f"{mean(starts['parity']['odd'])}, even {mean(starts['parity']['even'])}; modulo "
+            f"{starts['modulo']}: {phases}"
         )
     if branched:
         since = figures["branched_from"]

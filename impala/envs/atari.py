@@ -85,6 +85,7 @@ class _AtariBackend:
         self._env_ids = np.arange(num_envs)  # Which env each result row came from.
         self._lives = np.zeros(num_envs, np.int64)
         self._frame_number = np.zeros(num_envs, np.int64)
+        self._start_frames = np.zeros(num_envs, np.int64)
 
     def reset(self, seed: int | None) -> np.ndarray:
         """Starts new games; `seed` seeds env i with seed + i. Returns [N, 84, 84, 4]."""
@@ -92,6 +93,7 @@ class _AtariBackend:
         observation, info = self._in_env_order(observation, info)
         self._lives = info["lives"].astype(np.int64)
         self._frame_number = info["frame_number"].astype(np.int64)
+        self._start_frames = info["episode_frame_number"].astype(np.int64)
         return _to_nhwc(observation)
 
     def step(self, actions: np.ndarray) -> _Transition:
@@ -113,6 +115,10 @@ class _AtariBackend:
         life_lost = _lives_lost(lives, self._lives, episode_end)
         frames = self._frames_this_step(info, episode_end)
         self._lives = lives
+        # A game that ended was replaced by one whose frames so far are its start's.
+        self._start_frames = np.where(
+            episode_end, info["episode_frame_number"].astype(np.int64), self._start_frames
+        )
         return _Transition(
             observation=_to_nhwc(observation),
             reward=reward.astype(np.float32),
@@ -120,6 +126,10 @@ class _AtariBackend:
             life_lost=life_lost,
             frames=frames,
         )
+
+    def start_frames(self) -> np.ndarray:
+        """The no-op and FIRE frames each env's running game began with, int64 [N]."""
+        return self._start_frames.copy()
 
     def close(self) -> None:
         # Dropping the last reference joins the C++ worker threads.

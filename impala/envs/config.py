@@ -180,12 +180,19 @@ class EpisodeStats(NamedTuple):
             `episode_steps * frames_per_step`, less any frames skipped because the
             game ended inside the last step. Atari no-op/FIRE reset frames are
             not counted, matching how `max_episode_frames` counts.
+        start_frames: Atari: the emulator frames the game ran before the agent's first
+            action (its random no-ops and FIRE). A frame skip keeps a game's frames modulo
+            the skip where they began, and games that act on cycles of frames (Pong reads the
+            controller on every other frame) answer the same actions differently by that
+            phase, so returns grouped by it show a policy that wins one kind of game and not
+            another. -1 for the families that have no such start.
     """
 
     env_index: int
     episode_return: float
     episode_steps: int
     episode_frames: int
+    start_frames: int = -1
 
 
 class _Transition(NamedTuple):
@@ -212,7 +219,9 @@ class Backend(Protocol):
         frames_per_step: Underlying (emulator) frames one agent step runs, at most.
 
     The serial backend (`serial.py`) also has `render(final)` and `screen_fps`, which
-    `VectorEnvironment.render` and `VectorEnvironment.screen_fps` use.
+    `VectorEnvironment.render` and `VectorEnvironment.screen_fps` use. The Atari backends also
+    have `start_frames()`: int64 [N], the frames each env's running game began with (its
+    no-ops and FIRE), as of the last `reset` or `step` (`EpisodeStats.start_frames`).
     """
 
     num_actions: int

@@ -64,6 +64,7 @@ class _SerialBackend:
             self.close()
             raise
         self._lives = np.zeros(config.num_envs, np.int64)
+        self._start_frames = np.zeros(config.num_envs, np.int64)
         self._final_screens: dict[int, np.ndarray] = {}
 
     def _describe(self, config: EnvConfig) -> None:
@@ -89,6 +90,7 @@ class _SerialBackend:
             observation, info = env.reset(seed=None if seed is None else seed + index)
             observations.append(observation)
             self._lives[index] = info.get("lives", 0)
+            self._note_start(index, env)
         self._final_screens.clear()
         return self._batch(observations)
 
@@ -108,6 +110,7 @@ class _SerialBackend:
                 if self._keep_screens:
                     self._final_screens[index] = self._screen(env)
                 observation, info = env.reset()
+                self._note_start(index, env)
             lives[index] = info.get("lives", 0)  # the new game's, where one ended
             observations.append(observation)
         life_lost = _lives_lost(lives, self._lives, episode_end)
@@ -123,6 +126,15 @@ class _SerialBackend:
     def ram(self) -> np.ndarray:
         """Each console's 128 bytes of memory, uint8 [N, 128] (Atari only)."""
         return np.stack([console.getRAM() for console in self._consoles()])
+
+    def start_frames(self) -> np.ndarray | None:
+        """The no-op and FIRE frames each running game began with, int64 [N]; None for a
+        game that is not Atari's."""
+        return self._start_frames.copy() if self._atari else None
+
+    def _note_start(self, index: int, env) -> None:
+        if self._atari:
+            self._start_frames[index] = env.unwrapped.ale.getEpisodeFrameNumber()
 
     def episode_frames(self) -> np.ndarray:
         """Emulator frames each console has run in its current game, int64 [N] (Atari only)."""

@@ -40,6 +40,7 @@ class VectorEnvironment:
         self._returns = np.zeros(self.num_envs, np.float64)
         self._steps = np.zeros(self.num_envs, np.int64)
         self._frames = np.zeros(self.num_envs, np.int64)
+        self._start_frames = self._game_starts()
 
     @property
     def config(self) -> EnvConfig:
@@ -66,6 +67,7 @@ class VectorEnvironment:
         self._returns[:] = 0.0
         self._steps[:] = 0
         self._frames[:] = 0
+        self._start_frames = self._game_starts()
         return StepOutput(
             reward=np.zeros(self.num_envs, np.float32),
             done=np.ones(self.num_envs, bool),
@@ -198,6 +200,7 @@ class VectorEnvironment:
         self._returns += transition.reward
         self._steps += 1
         self._frames += transition.frames
+        starts = self._start_frames  # the finished games'; the backend holds the new ones'
         for index in np.flatnonzero(transition.episode_end):
             self._finished.append(
                 EpisodeStats(
@@ -205,8 +208,17 @@ class VectorEnvironment:
                     episode_return=float(self._returns[index]),
                     episode_steps=int(self._steps[index]),
                     episode_frames=int(self._frames[index]),
+                    start_frames=-1 if starts is None else int(starts[index]),
                 )
             )
         self._returns[transition.episode_end] = 0.0
         self._steps[transition.episode_end] = 0
         self._frames[transition.episode_end] = 0
+        if transition.episode_end.any():
+            self._start_frames = self._game_starts()
+
+    def _game_starts(self) -> np.ndarray | None:
+        """The frames each running game began with (`EpisodeStats.start_frames`), or None
+        for a family that has no such start."""
+        start_frames = getattr(self._backend, "start_frames", None)
+        return None if start_frames is None else start_frames()

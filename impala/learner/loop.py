@@ -368,7 +368,9 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
         episodes = _gather_episodes(service)
         progress.add_episode_returns(episodes[:, 0])
         if learning.summaries and len(episodes):
-            learning.summaries.episodes(progress.frames, episodes[:, 0], episodes[:, 1])
+            learning.summaries.episodes(
+                progress.frames, episodes[:, 0], episodes[:, 1], episodes[:, 2]
+            )
         if time.monotonic() >= next_report or progress.done:
             _report(learning, progress, stats, learners, frames_per_trajectory)
             _report_refusals(learning)
@@ -420,13 +422,12 @@ def _learner_states(learning: _Learning, queued) -> _LearnerStates:
 
 
 def _gather_episodes(service: transport.LearnerService) -> np.ndarray:
-    """Every learner's finished games since the last step, [K, 2]: return, length in frames."""
+    """Every learner's finished games since the last step, [K, 3]: return, length in frames,
+    and the frames it began with (-1 where the game has no such start)."""
     games = service.pop_episodes()
     # Horovod: gathered every step, by every learner, so that rank 0 reports them all.
-    return allreduce.gather_from_learners(
-        np.stack([games.episode_return, games.episode_frames], axis=1).astype(np.float64),
-        "episodes",
-    )
+    fields = [games.episode_return, games.episode_frames, games.start_frames]
+    return allreduce.gather_from_learners(np.stack(fields, axis=1).astype(np.float64), "episodes")
 
 
 def _report(learning: _Learning, progress: Progress, stats, learners, frames_per_trajectory):

@@ -5,6 +5,8 @@ runs with different numbers of learners or actors line up, and a resumed run con
 curves where they stopped. Tags:
 
   episode/return, episode/length_frames   one point per finished game (real score, all lives)
+  episode/start_frames                    the frames that game began with (Atari's no-ops and
+                                          FIRE), beside its return; none where there are none
   progress/frames_per_sec                 emulator frames per second, all learners
   time/training_secs                      seconds spent training, continued across resumes
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
@@ -46,12 +48,25 @@ class Summaries:
         self._writer = tf.summary.create_file_writer(run_dir)
         self._histograms = histograms
 
-    def episodes(self, frames: int, returns: np.ndarray, lengths_frames: np.ndarray) -> None:
-        """One point per finished game: its score and its length in emulator frames."""
+    def episodes(
+        self,
+        frames: int,
+        returns: np.ndarray,
+        lengths_frames: np.ndarray,
+        start_frames: np.ndarray | None = None,
+    ) -> None:
+        """One point per finished game: its score, its length in emulator frames and, where
+        known (>= 0), the frames it began with."""
+        if start_frames is None:
+            start_frames = np.full(len(returns), -1)
         with self._writer.as_default(step=frames):
-            for episode_return, length in zip(returns, lengths_frames, strict=True):
+            for episode_return, length, start in zip(
+                returns, lengths_frames, start_frames, strict=True
+            ):
                 tf.summary.scalar("episode/return", float(episode_return))
                 tf.summary.scalar("episode/length_frames", float(length))
+                if start >= 0:
+                    tf.summary.scalar("episode/start_frames", float(start))
 
     def training(
         self,

@@ -25,7 +25,8 @@ What travels how:
   `FINISHED`, `UNAUTHORIZED`, `REFUSED` or `UNKNOWN_ACTOR` (the actor's task has not said
   `hello` to this learner: the learner restarted since the actor connected, and the RPC layer
   reconnected to it on its own; the actor connects again, so that the new learner checks it).
-- `report_episodes`: the real returns, agent steps and frames of finished episodes.
+- `report_episodes`: the real returns, agent steps and frames of finished episodes, and the
+  frames each began with (Atari's no-ops and FIRE; -1 for other families).
 - `weights_version`, `weights_chunk`: the learner's weights, as a versioned snapshot string
   fetched in chunks.
 

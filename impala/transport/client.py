@@ -220,7 +220,8 @@ class ActorClient:
         ]
 
     def report_episodes(self, episodes) -> None:
-        """Sends finished episodes' real scores, agent steps and frames to the learner."""
+        """Sends finished episodes' real scores, agent steps, frames and start frames (-1
+        where the family has none) to the learner."""
         if not episodes:
             return
         status = self._call(
@@ -229,6 +230,7 @@ class ActorClient:
             tf.constant([e.episode_return for e in episodes], tf.float32),
             tf.constant([e.episode_steps for e in episodes], tf.int64),
             tf.constant([e.episode_frames for e in episodes], tf.int64),
+            tf.constant([e.start_frames for e in episodes], tf.int64),
         )
         if int(status) == UNAUTHORIZED:
             raise self._unauthorized()

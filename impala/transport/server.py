@@ -58,12 +58,14 @@ class QueuedTrajectories(NamedTuple):
 
 
 class EpisodeBatch(NamedTuple):
-    """Episodes reported by actors: [K] arrays of real game returns, agent steps and frames."""
+    """Episodes reported by actors: [K] arrays of real game returns, agent steps, frames and
+    the frames each game began with (`envs.EpisodeStats.start_frames`, -1 where none)."""
 
     actor_task: np.ndarray
     episode_return: np.ndarray
     episode_steps: np.ndarray
     episode_frames: np.ndarray
+    start_frames: np.ndarray
 
 
 # Refusal reasons, by index into the service's counters.
@@ -146,7 +148,7 @@ class LearnerService:
         self._num_learners = num_learners
         self._store = store if store is not None else FifoStore(spec.queue_specs(), queue_capacity)
         self._episodes = tf.queue.FIFOQueue(
-            1 << 20, [tf.int32, tf.float32, tf.int64, tf.int64], shapes=[[], [], [], []]
+            1 << 20, [tf.int32, tf.float32, tf.int64, tf.int64, tf.int64], shapes=[[]] * 5
         )
         self._version = tf.Variable(-1, dtype=tf.int64, trainable=False)
         self._received = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -216,7 +218,7 @@ class LearnerService:
             "report_episodes": (
                 self._report_episodes,
                 [secret, scalar]
-                + [tf.TensorSpec([None], t) for t in (tf.float32, tf.int64, tf.int64)],
+                + [tf.TensorSpec([None], t) for t in (tf.float32, tf.int64, tf.int64, tf.int64)],
             ),
             "weights_version": (self._weights_version, [secret]),
             "weights_chunk": (self._weights_chunk, [secret] + [tf.TensorSpec([], tf.int64)] * 2),
@@ -426,12 +428,20 @@ class LearnerService:
 
         return tf.cond(self._finished, lambda: tf.constant(FINISHED), unless_full)
 
-    def _report_episodes(self, secret, actor_task, episode_return, episode_steps, episode_frames):
+    def _report_episodes(
+        self, secret, actor_task, episode_return, episode_steps, episode_frames, start_frames
+    ):
         count = tf.shape(episode_return)[0]
 
         def record():
             self._episodes.enqueue_many(
-                [tf.fill([count], actor_task), episode_return, episode_steps, episode_frames]
+                [
+                    tf.fill([count], actor_task),
+                    episode_return,
+                    episode_steps,
+                    episode_frames,
+                    start_frames,
+                ]
             )
             return tf.constant(ACCEPTED)
 
@@ -439,8 +449,10 @@ class LearnerService:
             well_formed = (
                 tf.equal(tf.shape(episode_steps)[0], count)
                 & tf.equal(tf.shape(episode_frames)[0], count)
+                & tf.equal(tf.shape(start_frames)[0], count)
                 & tf.reduce_all(episode_steps >= 0)
                 & tf.reduce_all(episode_frames >= 0)
+                & tf.reduce_all(start_frames >= -1)
             )
             problem = tf.where(well_formed, -1, _MALFORMED)
             finite = tf.reduce_all(tf.math.is_finite(episode_return))
@@ -547,6 +559,7 @@ def check_listening_address(address: str) -> None:
 _EMPTY_EPISODES = (
     np.zeros([0], np.int32),
     np.zeros([0], np.float32),
+    np.zeros([0], np.int64),
     np.zeros([0], np.int64),
     np.zeros([0], np.int64),
 )

@@ -27,7 +27,7 @@ from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, Processes, processes_with, read_text, wait_until
 
 
-def _curve(returns, window):
+def _curve(returns, window, start_frames=None):
     returns = np.asarray(returns, np.float64)
     return plot.Curve(
         name="catch",
@@ -38,6 +38,7 @@ def _curve(returns, window):
         window=window,
         frames_reached=1000 * len(returns),
         hours_from_wall_time=False,
+        start_frames=None if start_frames is None else np.asarray(start_frames, np.float64),
     )
 
 
@@ -59,6 +60,49 @@ def test_figures_count_only_full_windows_of_games(tmp_path):
     assert figures["best_mean_return"] == 0.75
     assert figures["frames_to_reach"] == {"0": 6000, "0.6": 8000, "0.9": None}
     assert figures["frames_per_second_overall"] == 500.0
+
+
+def test_the_last_games_are_reported_by_the_frame_each_began_on(tmp_path):
+    """A policy that wins the games begun on odd frames and loses the others shows apart, by
+    parity and by phase modulo the run's frames per step; games without a start (NaN) and those
+    before the window are left out."""
+    _summary(tmp_path)
+    benchmark = learning.Benchmark(("--level_name=PongNoFrameskip-v4",), 8000, ())
+    returns = [-21, -21, 20, -15, 21, -19, 19, -20, 18]
+    starts = [3, 4, 1, 2, 7, 8, 9, 10, np.nan]  # the first game falls outside the window of 8
+    figures = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+    assert figures["by_start_frame"] == {
+        "games": 7,
+        "parity": {
+            "odd": {"games": 3, "mean_return": 20.0},
+            "even": {"games": 4, "mean_return": -18.75},
+        },
+        "modulo": 4,
+        "phase": {
+            "0": {"games": 2, "mean_return": -20.0},  # frames 4 and 8
+            "1": {"games": 2, "mean_return": 19.5},  # 1 and 9
+            "2": {"games": 2, "mean_return": -17.5},  # 2 and 10
+            "3": {"games": 1, "mean_return": 21.0},  # 7
+        },
+    }
+    # The run's own frame skip sets the phases; an unreadable or implausible one is taken as 4.
+    for frame_skip, modulo in ((3, 3), ("lots", 4), (10**9, 4), (-2, 4)):
+        run_folder.write_flags(str(tmp_path), {"frame_skip": frame_skip})
+        figures = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+        assert figures["by_start_frame"]["modulo"] == modulo, frame_skip
+        assert len(figures["by_start_frame"]["phase"]) == modulo
+    run_folder.write_flags(str(tmp_path), {"frame_skip": 3})
+    phases = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+    assert phases["by_start_frame"]["phase"]["2"] == {"games": 2, "mean_return": -17.0}  # 2, 8
+    # No starts (not Atari, or a curve written before they were kept): no figure.
+    assert (
+        learning.results(benchmark, _curve(returns, 8), str(tmp_path), 1.0, [])["by_start_frame"]
+        is None
+    )
+    only_unknown = _curve([1.0], 1, [np.nan])
+    assert (
+        learning.results(benchmark, only_unknown, str(tmp_path), 1.0, [])["by_start_frame"] is None
+    )
 
 
 def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):

@@ -14,7 +14,7 @@ from tests.helpers import ROOT
 
 
 def write_events(
-    folder, steps, returns=None, training_secs=None, resume_at=None, lengths=None
+    folder, steps, returns=None, training_secs=None, resume_at=None, lengths=None, starts=()
 ) -> str:
     """Writes one event file into `folder` the way the learner does, one learner start's worth.
 
@@ -27,6 +27,7 @@ def write_events(
         resumed learner starts.
       lengths: episode lengths in frames, of the first len(lengths) episodes; default
         3000 + the episode's index for every episode; () for none.
+      starts: the frames the first len(starts) episodes began with; default none.
 
     Returns:
       The path of the new event file.
@@ -47,6 +48,8 @@ def write_events(
                 tf.summary.scalar("episode/length_frames", 3000 + index, step=step)
             elif index < len(lengths):
                 tf.summary.scalar("episode/length_frames", lengths[index], step=step)
+            if index < len(starts):
+                tf.summary.scalar("episode/start_frames", starts[index], step=step)
             tf.summary.scalar("loss/total", 1.0 / (index + 1), step=step)
             if training_secs is not None:
                 tf.summary.scalar("time/training_secs", training_secs[index], step=step)
@@ -330,21 +333,23 @@ def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_g
 
 
 def test_a_curve_file_holds_the_runs_games_and_plots_beside_a_run_folder(tmp_path, capsys):
-    write_run(tmp_path / "pong", episodes=30)
+    write_run(tmp_path / "pong", episodes=30, starts=[7 + index for index in range(30)])
     curve = plot.load_curve(str(tmp_path / "pong"), "pong", 20)
+    np.testing.assert_array_equal(curve.start_frames, 7 + np.arange(30))
     path = tmp_path / "pong-record.csv"
     plot.write_curve_csv(curve, str(path))
 
     lines = path.read_text().splitlines()
-    assert lines[0] == "frames,return,length_frames,training_hours"
+    assert lines[0] == "frames,return,length_frames,training_hours,start_frames"
     return_text = np.format_float_positional(curve.returns[0], trim="-")
-    assert lines[1] == f"500000,{return_text},3000,{curve.hours[0]:.5f}"
+    assert lines[1] == f"500000,{return_text},3000,{curve.hours[0]:.5f},7"
     assert len(lines) == 31 and sorted(os.listdir(tmp_path)) == ["pong", "pong-record.csv"]
     again = plot.load_curve(str(path), "record", 20)
     np.testing.assert_array_equal(again.frames, curve.frames)
     np.testing.assert_array_equal(again.returns, curve.returns)
     np.testing.assert_array_equal(again.smoothed, curve.smoothed)
     np.testing.assert_array_equal(again.lengths, curve.lengths)
+    np.testing.assert_array_equal(again.start_frames, curve.start_frames)
     np.testing.assert_allclose(again.hours, curve.hours, atol=1e-5)
     assert again.frames_reached == curve.frames_reached == 7_500_000
 
@@ -364,19 +369,82 @@ def test_a_curve_file_without_lengths_reads_back_without_them(tmp_path):
     plot.write_curve_csv(plot.load_curve(str(run), "old", 20), str(tmp_path / "old.csv"))
 
     assert (tmp_path / "old.csv").read_text().splitlines()[1:] == [
-        "1000,-21,,0.00028",
-        "2000,-20,,0.00056",
+        "1000,-21,,0.00028,",
+        "2000,-20,,0.00056,",
     ]
-    assert plot.load_curve(str(tmp_path / "old.csv"), "old", 20).lengths is None
+    again = plot.load_curve(str(tmp_path / "old.csv"), "old", 20)
+    assert again.lengths is None and again.start_frames is None
+
+
+def test_curve_files_written_before_start_frames_were_kept_still_read():
+    """The committed curves have four columns; they read as they did, without start frames."""
+    path = os.path.join(ROOT, "benchmarks", "curves", "pong-r6cf15-s1.csv")
+    with open(path) as f:
+        assert f.readline().strip() == "frames,return,length_frames,training_hours"
+    curve = plot.load_curve(path, "r6cf15-s1", 100)
+    assert curve.start_frames is None and curve.lengths is not None
+    assert len(curve.returns) > 1000 and curve.smoothed[-1] > 18
+
+
+def test_the_window_line_splits_each_window_by_the_start_frames_parity(tmp_path):
+    """Games begun on odd frames won, on even ones lost: the windows say so apart. Games
+    without a start (before a resumed run's version kept them) are left out of the split."""
+    run = tmp_path / "split"
+    run.mkdir()
+    steps = [100_000, 200_000, 600_000, 700_000, 800_000]
+    returns = [-21.0, -20.0, 20.0, -10.0, 18.0]
+    write_events(run, steps, returns, training_secs=[1, 2, 3, 4, 5], starts=[])
+    curve = plot.load_curve(str(run), "split", 20)
+    assert curve.start_frames is None
+    assert plot.window_line(curve, 5e5).endswith("0M: -20.5 (3.0k), 0.5M: +9.3 (3.0k)")
+
+    # The first two games without starts, as in a curve file of a run resumed by this version.
+    starts = [None, None, 3, 8, 29]
+    later = tmp_path / "later.csv"
+    later.write_text(
+        "frames,return,length_frames,training_hours,start_frames\n"
+        + "".join(
+            f"{step},{value:g},,0.1,{'' if start is None else start}\n"
+            for step, value, start in zip(steps, returns, starts, strict=True)
+        )
+    )
+    curve = plot.load_curve(str(later), "later", 20)
+    np.testing.assert_array_equal(curve.start_frames[2:], [3, 8, 29])
+    assert np.isnan(curve.start_frames[:2]).all()
+    assert plot.window_line(curve, 5e5).endswith(
+        "from 0M: -20.5 (odd -, even -), 0.5M: +9.3 (odd +19.0, even -10.0)"
+    )
+
+
+def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp_path):
+    """`Summaries.episodes` as the learner's loop calls it: games of a family without starts
+    (-1) write none, and a curve of such games has none."""
+    from impala.learner.summaries import Summaries
+
+    atari = Summaries(str(tmp_path / "atari"))
+    atari.episodes(1000, np.array([-21.0, -20.0]), np.array([3000.0, 3100.0]), np.array([5, 12]))
+    atari.episodes(2000, np.array([-19.0]), np.array([3200.0]), np.array([0]))
+    counter = Summaries(str(tmp_path / "counter"))
+    counter.episodes(1000, np.array([3.0, 3.0]), np.array([10.0, 10.0]), np.array([-1, -1]))
+    counter.episodes(2000, np.array([3.0]), np.array([10.0]))
+    atari.close()
+    counter.close()
+
+    curve = plot.load_curve(str(tmp_path / "atari"), "atari", 20)
+    np.testing.assert_array_equal(curve.start_frames, [5, 12, 0])
+    np.testing.assert_array_equal(curve.lengths, [3000, 3100, 3200])
+    curve = plot.load_curve(str(tmp_path / "counter"), "counter", 20)
+    assert curve.start_frames is None and len(curve.returns) == 3
 
 
 _HEADER = "frames,return,length_frames,training_hours\n"
+_HEADER_WITH_STARTS = "frames,return,length_frames,training_hours,start_frames\n"
 
 
 @pytest.mark.parametrize(
     "content, message",
     [
-        ("", "line 1: expected the header frames,return,length_frames,training_hours"),
+        ("", "line 1: expected the header frames,return,length_frames,training_hours,start"),
         ("frames,return\n1,2\n", "line 1: expected the header"),
         (_HEADER, "no finished episodes in {path}"),
         (_HEADER + "1000,-21,3000,0.1\n2000,-20,3000\n", "line 3: 3 fields, expected 4"),
@@ -389,6 +457,10 @@ _HEADER = "frames,return,length_frames,training_hours\n"
         (_HEADER + "1000,-21,3000,x\n", "line 2: training_hours 'x' is not a number"),
         (_HEADER + "1000,-21,3000,-1\n", "line 2: training_hours '-1' must be a finite number"),
         ("frames,return,length_frames,training_hours\n1000,\xe9,1,1\n", "not ASCII text"),
+        (_HEADER_WITH_STARTS + "1000,-21,3000,0.1\n", "line 2: 4 fields, expected 5"),
+        (_HEADER_WITH_STARTS + "1000,-21,3000,0.1,x\n", "line 2: start_frames 'x' is not an"),
+        (_HEADER_WITH_STARTS + "1000,-21,3000,0.1,1.5\n", "line 2: start_frames '1.5' is not"),
+        (_HEADER_WITH_STARTS + "1000,-21,3000,0.1,-1\n", "line 2: start_frames '-1' must be"),
     ],
 )
 def test_a_bad_curve_file_is_one_line_naming_the_file_and_line(tmp_path, capsys, content, message):

@@ -85,9 +85,16 @@ def test_atari_truncation_counts_frames():
         env.reset()
         dones = [bool(env.step(np.array([0])).done[0]) for _ in range(5)]
         assert dones == [False] * 4 + [True]
-        assert env.pop_episode_stats() == [
-            EpisodeStats(env_index=0, episode_return=0.0, episode_steps=5, episode_frames=40)
-        ]
+        (game,) = env.pop_episode_stats()
+        # Its start frames, the no-ops and FIRE before the first action, are not counted.
+        assert game == EpisodeStats(
+            env_index=0,
+            episode_return=0.0,
+            episode_steps=5,
+            episode_frames=40,
+            start_frames=game.start_frames,
+        )
+        assert 1 <= game.start_frames <= 29
 
 
 @pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
@@ -110,6 +117,48 @@ def test_atari_frame_skip_sets_the_emulator_frames_of_a_step(make, frame_skip, n
         assert dones == [False] * 4 + [True]
         (game,) = env.pop_episode_stats()
         assert (game.episode_steps, game.episode_frames) == (5, 5 * frames_per_step - 1)
+
+
+@pytest.mark.parametrize("make", [make_environment, make_evaluation_environment])
+@pytest.mark.parametrize("noop_max", [0, 30])
+def test_atari_games_report_the_frames_they_began_with(make, noop_max):
+    """Each finished game's `start_frames` is the no-op and FIRE frames it began with: Pong's
+    one FIRE frame without no-ops, and with up to 30 the draw of d in [0, 30) (at least the
+    FIRE frame), so games of both parities. On the evaluation side the console's own frame
+    count right after a game starts says the same for the game that then runs."""
+    config = EnvConfig(PONG, num_envs=4, seed=3, noop_max=noop_max, max_episode_frames=8)
+    starts, seen_by_console = [], {index: [] for index in range(4)}
+    with make(config) as env:
+        env.reset()
+        if make is make_evaluation_environment:
+            for index, frames in enumerate(env.episode_frames()):
+                seen_by_console[index].append(int(frames))
+        for _ in range(60):
+            done = env.step(np.zeros(4, np.int64)).done
+            games = env.pop_episode_stats()
+            starts += [game.start_frames for game in games]
+            if make is make_evaluation_environment:
+                for game in games:
+                    assert game.start_frames == seen_by_console[game.env_index][-1]
+                for index in np.flatnonzero(done):
+                    seen_by_console[index].append(int(env.episode_frames()[index]))
+    assert len(starts) == 120  # every env: a game of two steps, 30 times
+    if noop_max == 0:
+        assert set(starts) == {1}
+    else:
+        assert min(starts) >= 1 and max(starts) <= noop_max - 1
+        assert len(set(starts)) >= 15
+        assert {start % 2 for start in starts} == {0, 1}
+
+
+def test_other_families_report_no_start_frames():
+    with make_environment(EnvConfig("CartPole-v1", num_envs=2, seed=0)) as env:
+        env.reset()
+        games = []
+        while len(games) < 2:
+            games += env.pop_episode_stats()
+            env.step(np.zeros(2, np.int64))
+    assert {game.start_frames for game in games} == {-1}
 
 
 def test_an_odd_frame_skip_plays_another_game_than_four():

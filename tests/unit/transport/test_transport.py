@@ -143,9 +143,12 @@ def _wait_until(condition, timeout=THREAD_TIMEOUT_SECS):
         time.sleep(0.02)
 
 
-def _episode(episode_return, episode_steps, episode_frames):
+def _episode(episode_return, episode_steps, episode_frames, start_frames=-1):
     return types.SimpleNamespace(
-        episode_return=episode_return, episode_steps=episode_steps, episode_frames=episode_frames
+        episode_return=episode_return,
+        episode_steps=episode_steps,
+        episode_frames=episode_frames,
+        start_frames=start_frames,
     )
 
 
@@ -850,9 +853,9 @@ def test_reported_episodes_are_popped_once_with_their_actor_task(make_service):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec)
     first, second = _client(address, spec, actor_task=2), _client(address, spec, actor_task=5)
-    first.report_episodes([_episode(21.0, 1000, 4000), _episode(-3.5, 17, 68)])
+    first.report_episodes([_episode(21.0, 1000, 4000, 7), _episode(-3.5, 17, 68, 30)])
     second.report_episodes([])  # nothing to report: no call
-    second.report_episodes([_episode(0.25, 3, 12)])
+    second.report_episodes([_episode(0.25, 3, 12)])  # a family without start frames
 
     episodes = service.pop_episodes()
     assert episodes.actor_task.dtype == np.int32
@@ -862,9 +865,12 @@ def test_reported_episodes_are_popped_once_with_their_actor_task(make_service):
     np.testing.assert_array_equal(episodes.episode_return, [21.0, -3.5, 0.25])
     np.testing.assert_array_equal(episodes.episode_steps, [1000, 17, 3])
     np.testing.assert_array_equal(episodes.episode_frames, [4000, 68, 12])
+    assert episodes.start_frames.dtype == np.int64
+    np.testing.assert_array_equal(episodes.start_frames, [7, 30, -1])
 
     empty = service.pop_episodes()
-    for field, dtype in zip(empty, (np.int32, np.float32, np.int64, np.int64), strict=True):
+    dtypes = (np.int32, np.float32, np.int64, np.int64, np.int64)
+    for field, dtype in zip(empty, dtypes, strict=True):
         assert field.shape == (0,)
         assert field.dtype == dtype
 
@@ -928,6 +934,7 @@ def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
         tf.constant([21.0]),
         tf.constant([10], tf.int64),
         tf.constant([40], tf.int64),
+        tf.constant([3], tf.int64),
     )
     assert int(stranger.report_episodes(wrong, *episode).get_value()) == UNAUTHORIZED
     assert len(service.pop_episodes().episode_return) == 0
@@ -1022,6 +1029,7 @@ def test_trajectories_and_episodes_of_another_learners_actor_are_refused(make_se
             tf.constant([1.0]),
             tf.constant([1], tf.int64),
             tf.constant([4], tf.int64),
+            tf.constant([1], tf.int64),
         )
         assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
     assert service.refusals["actor task not this learner's"] == 6
@@ -1029,16 +1037,18 @@ def test_trajectories_and_episodes_of_another_learners_actor_are_refused(make_se
 
 
 @pytest.mark.parametrize(
-    "returns, steps, frames, reason",
+    "returns, steps, frames, starts, reason",
     [
-        ([np.nan], [1], [4], "non-finite value"),
-        ([np.inf, 1.0], [1, 1], [4, 4], "non-finite value"),
-        ([1.0], [-1], [4], "malformed"),
-        ([1.0], [1], [-4], "malformed"),
-        ([1.0, 2.0], [1], [4, 4], "malformed"),
+        ([np.nan], [1], [4], [1], "non-finite value"),
+        ([np.inf, 1.0], [1, 1], [4, 4], [1, 1], "non-finite value"),
+        ([1.0], [-1], [4], [1], "malformed"),
+        ([1.0], [1], [-4], [1], "malformed"),
+        ([1.0, 2.0], [1], [4, 4], [1, 1], "malformed"),
+        ([1.0], [1], [4], [-2], "malformed"),
+        ([1.0, 2.0], [1, 1], [4, 4], [1], "malformed"),
     ],
 )
-def test_bad_episode_reports_are_refused(make_service, returns, steps, frames, reason):
+def test_bad_episode_reports_are_refused(make_service, returns, steps, frames, starts, reason):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec)
     insider = _raw_client(address)
@@ -1047,6 +1057,7 @@ def test_bad_episode_reports_are_refused(make_service, returns, steps, frames, r
         tf.constant(returns, tf.float32),
         tf.constant(steps, tf.int64),
         tf.constant(frames, tf.int64),
+        tf.constant(starts, tf.int64),
     )
     assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
     assert service.refusals[reason] == 1
