@@ -389,6 +389,7 @@ def test_checkpoint(run_dir: str, num_games: int) -> dict:
 
     config = evaluation.EvalConfig(checkpoint=run_dir, num_episodes=num_games)
     result = evaluation.run(config, report=lambda line: print(f"[test] {line}", flush=True))
+    parity = result.by_parity
     return {
         "checkpoint": result.checkpoint,
         "policy": result.policy,
@@ -398,6 +399,13 @@ def test_checkpoint(run_dir: str, num_games: int) -> dict:
         "std": round(result.std, 2),
         "min": result.min,
         "max": result.max,
+        # Atari: the games begun on an odd frame and on an even one, apart.
+        "by_parity": None
+        if parity is None
+        else {
+            name: {"games": games, "mean_return": None if mean is None else round(mean, 2)}
+            for name, (games, mean) in parity.items()
+        },
     }
 
 
@@ -635,6 +643,16 @@ def main(argv: list[str]) -> int:
             print(
                 f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
                 f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
+                + (
+                    ""
+                    if test["by_parity"] is None
+                    else "; begun on an odd frame: "
+                    + ", on an even one: ".join(
+                        f"{g['games']} games"
+                        + ("" if g["mean_return"] is None else f" at {g['mean_return']:+.1f}")
+                        for g in test["by_parity"].values()
+                    )
+                )
             )
     print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json, {run_dir}/curve.csv")
     return 0

@@ -157,13 +157,35 @@ class EvalResult:
     def max(self) -> float:
         return float(np.max(self.scores))
 
+    @property
+    def by_parity(self) -> dict[str, tuple[int, float | None]] | None:
+        """Atari: {"odd": (games, mean score), "even": ...} of the games begun on an odd and on
+        an even frame (a frame skip of 4 keeps that parity all game, and Pong answers the same
+        actions differently by it); None where the games have no start frames."""
+        if not self.games or any(game.start_frames < 0 for game in self.games):
+            return None
+        groups = {}
+        for name, parity in (("odd", 1), ("even", 0)):
+            scores = [game.score for game in self.games if game.start_frames % 2 == parity]
+            groups[name] = (len(scores), float(np.mean(scores)) if scores else None)
+        return groups
+
     def summary(self) -> str:
-        """E.g. 'score over 10 games (sampled policy): mean 12.3, std 4.5, min 5, max 19'."""
-        return (
+        """E.g. 'score over 10 games (sampled policy): mean 12.3, std 4.5, min 5, max 19', and
+        for Atari '; begun on an odd frame: 4 games, mean 19.0; on an even one: 6, mean 7.7'."""
+        line = (
             f"score over {len(self.games)} games ({_POLICY_WORDS[self.policy]}): mean "
             f"{self.mean:.1f}, std {self.std:.1f}, min {score_text(self.min)}, max "
             f"{score_text(self.max)}"
         )
+        parity = self.by_parity
+        if parity is not None:
+            (odd, odd_mean), (even, even_mean) = parity["odd"], parity["even"]
+            line += f"; begun on an odd frame: {odd} game{'s' * (odd != 1)}" + (
+                f", mean {odd_mean:.1f}" if odd else ""
+            )
+            line += f"; on an even one: {even}" + (f", mean {even_mean:.1f}" if even else "")
+        return line
 
 
 _POLICY_WORDS = {"sample": "sampled policy", "greedy": "greedy policy"}

@@ -28,6 +28,8 @@ class Game:
       steps: agent steps in the game.
       frames: emulator frames the agent's actions ran (steps x frame skip, less at the end).
       video: the game's MP4, or None.
+      start_frames: Atari: the frames the game ran before the agent's first action (its
+        random no-ops and FIRE; `envs.EpisodeStats.start_frames`); -1 for other games.
     """
 
     index: int
@@ -35,6 +37,7 @@ class Game:
     steps: int
     frames: int
     video: str | None = None
+    start_frames: int = -1
 
 
 def score_text(value: float) -> str:
@@ -135,6 +138,7 @@ def play(
                     steps=stats.episode_steps,
                     frames=stats.episode_frames,
                     video=video,
+                    start_frames=stats.start_frames,
                 )
                 games[stats.env_index] = game
                 report(_game_line(game))
@@ -156,4 +160,6 @@ def _add_screens(env: envs.VectorEnvironment, videos: dict, final: bool) -> None
 def _game_line(game: Game) -> str:
     line = f"game {game.index}: score {score_text(game.score)}, {game.frames:,} frames"
     line += f" ({game.steps:,} steps)"
+    if game.start_frames >= 0:
+        line += f", begun on frame {game.start_frames}"
     return line + (f", video {game.video}" if game.video else "")

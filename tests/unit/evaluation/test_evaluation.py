@@ -151,6 +151,47 @@ def test_games_start_after_a_random_number_of_frames():
         np.testing.assert_array_equal(env.episode_frames(), start + 4)
 
 
+class _Noops:
+    """Presses nothing: the games are what is tested, not a policy."""
+
+    def reset(self, batch_size: int, first_index: int) -> None:
+        self._batch_size = batch_size
+
+    def __call__(self, step):
+        return np.zeros(self._batch_size, np.int64), None
+
+
+def test_atari_games_say_the_frame_they_began_on_and_the_summary_splits_by_parity():
+    """Each game's start is the no-op and FIRE frames its console ran before the first action
+    (the same seed's console says so after a reset); the summary gives each parity's games."""
+    config = EnvConfig("PongNoFrameskip-v4", num_envs=6, seed=4, noop_max=30, max_episode_frames=8)
+    lines = []
+    with make_evaluation_environment(config) as env:
+        games = evaluation.play(env, _Noops(), first_index=1, video_dir=None, report=lines.append)
+    with make_evaluation_environment(config) as env:
+        env.reset()
+        expected = env.episode_frames().tolist()
+    assert [game.start_frames for game in games] == expected
+    assert {start % 2 for start in expected} == {0, 1}  # seed 4 begins games of both
+    for game in games:
+        assert lines[game.index - 1].endswith(f"steps), begun on frame {game.start_frames}")
+    # Scores set by hand: the odd games won, the even ones lost.
+    games = [
+        dataclasses.replace(game, score=20.0 if game.start_frames % 2 else -20.0) for game in games
+    ]
+    odd = sum(game.start_frames % 2 for game in games)
+    result = evaluation.EvalResult(checkpoint="c", policy="sample", games=tuple(games))
+    assert result.by_parity == {"odd": (odd, 20.0), "even": (6 - odd, -20.0)}
+    assert result.summary().endswith(
+        f"; begun on an odd frame: {odd} game{'s' * (odd != 1)}, mean 20.0; on an even one: "
+        f"{6 - odd}, mean -20.0"
+    )
+    # Games without starts (not Atari's) have no split, and their lines say nothing of it.
+    plain = [dataclasses.replace(game, start_frames=-1) for game in games]
+    plain_result = evaluation.EvalResult(checkpoint="c", policy="sample", games=tuple(plain))
+    assert plain_result.by_parity is None and "odd" not in plain_result.summary()
+
+
 def test_console_memory_only_of_evaluation_atari_games():
     with make_environment(EnvConfig("PongNoFrameskip-v4", num_envs=1)) as env:
         env.reset()
