@@ -3,6 +3,7 @@
   python plot.py runs/PongNoFrameskip-v4-20261122-101500 --out pong.png
   python plot.py runs/pong-a runs/pong-b --smooth=50 --title="Pong, 2 seeds"
   python plot.py runs/pong-c benchmarks/curves/pong-b4-s0.csv --window_frames=5e5
+  python plot.py runs/pong-d --by_parity     # its games begun on odd and on even frames apart
 
 Reads the TensorBoard event files the learner writes into a run folder, or a curve file (the
 `curve.csv` `make bench-learning` writes beside its results, one row per game: what outlives
@@ -48,6 +49,14 @@ flags.DEFINE_float(
     "Also print each run's mean return and game length over the games that ended in each window "
     "of this many frames, e.g. 5e5 (0: not).",
     lower_bound=0,
+)
+
+flags.DEFINE_bool(
+    "by_parity",
+    False,
+    "Draw each run's games begun on an odd frame and those begun on an even one as two runs "
+    "(Atari runs that kept their games' start frames). A frame skip of 4 keeps a game's parity "
+    "all game long, and a Pong policy may win the games of one parity only.",
 )
 
 flags.DEFINE_string(
@@ -522,6 +531,36 @@ def _by_parity(returns: np.ndarray, start_frames: np.ndarray) -> str:
     return ", ".join(parts)
 
 
+def split_by_parity(curve: Curve) -> list[Curve]:
+    """The run's games begun on an odd frame and those begun on an even one, as two curves
+    ("<name> odd", "<name> even"; a parity without games is left out). PlotError for a run
+    that kept no start frames."""
+    if curve.start_frames is None:
+        raise PlotError(
+            f"{curve.name}: its games have no start frames (not an Atari run, or trained "
+            "before they were kept), so --by_parity cannot split them"
+        )
+    parts = []
+    for name, parity in (("odd", 1), ("even", 0)):
+        chosen = curve.start_frames % 2 == parity  # NaN % 2 is NaN: neither
+        if not chosen.any():
+            continue
+        returns = curve.returns[chosen]
+        lengths = curve.lengths[chosen] if curve.lengths is not None else None
+        parts.append(
+            curve._replace(
+                name=f"{curve.name} {name}",
+                frames=curve.frames[chosen],
+                hours=curve.hours[chosen],
+                returns=returns,
+                smoothed=moving_mean(returns, curve.window),
+                lengths=lengths,
+                start_frames=curve.start_frames[chosen],
+            )
+        )
+    return parts
+
+
 def plot_runs(
     run_folders: list[str],
     out: str,
@@ -529,10 +568,13 @@ def plot_runs(
     title: str = "",
     window_frames: float = 0,
     csv_out: str = "",
+    by_parity: bool = False,
 ) -> list[str]:
     """Draws the runs' learning curves into the PNG `out`, and with `csv_out` writes the one
     run's games as a curve file there. Returns one summary line per run, and with
-    `window_frames` one more per run (`window_line`)."""
+    `window_frames` one more per run (`window_line`). With `by_parity` each run is drawn and
+    summed up as two, its games begun on odd frames and on even ones (`split_by_parity`); the
+    curve file still holds all its games."""
     if smooth < 1:
         raise PlotError(f"--smooth={smooth}: must be >= 1 (1: no smoothing)")
     check_out(out)
@@ -544,8 +586,9 @@ def plot_runs(
         load_curve(folder, name, smooth)
         for folder, name in zip(run_folders, run_names(run_folders), strict=True)
     ]
-    write_png(draw(curves, title), out)
-    lines = [summary_line(curve, out) for curve in curves]
+    drawn = [part for curve in curves for part in split_by_parity(curve)] if by_parity else curves
+    write_png(draw(drawn, title), out)
+    lines = [summary_line(curve, out) for curve in drawn]
     if csv_out:
         try:
             write_curve_csv(curves[0], csv_out)
@@ -553,7 +596,7 @@ def plot_runs(
             raise PlotError(f"cannot write --csv_out={csv_out}: {error.strerror}") from None
         lines.append(f"{curves[0].name}: {len(curves[0].returns):,} games -> {csv_out}")
     if window_frames:
-        lines += [window_line(curve, window_frames) for curve in curves]
+        lines += [window_line(curve, window_frames) for curve in drawn]
     return lines
 
 
@@ -566,7 +609,13 @@ def main(argv: list[str]) -> int:
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     try:
         lines = plot_runs(
-            argv[1:], FLAGS.out, FLAGS.smooth, FLAGS.title, FLAGS.window_frames, FLAGS.csv_out
+            argv[1:],
+            FLAGS.out,
+            FLAGS.smooth,
+            FLAGS.title,
+            FLAGS.window_frames,
+            FLAGS.csv_out,
+            FLAGS.by_parity,
         )
     except PlotError as error:
         print(f"plot.py: error: {error}", file=sys.stderr)

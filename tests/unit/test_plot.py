@@ -437,6 +437,40 @@ def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp
     assert curve.start_frames is None and len(curve.returns) == 3
 
 
+def test_by_parity_draws_the_games_of_each_start_parity_as_a_run(tmp_path, capsys):
+    """Odd games won and even ones lost: two curves, each with its own games and moving mean."""
+    starts = [7 + index for index in range(30)]  # odd, even, odd, ...
+    returns = [20.0 if start % 2 else -20.0 for start in starts]
+    write_run(tmp_path / "pong", episodes=30, starts=starts, returns=returns)
+    out = tmp_path / "parity.png"
+
+    assert run_main(str(tmp_path / "pong"), f"--out={out}", "--by_parity", "--smooth=5") == 0
+
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        f"pong {parity}: 15 episodes, 7,500,000 frames, smoothed return {mean} (last 5 "
+        f"episodes) -> {out}"
+        for parity, mean in (("odd", "20.0"), ("even", "-20.0"))
+    ]
+    assert read_png(out).shape == (495, 1320, 3)
+    odd, even = plot.split_by_parity(plot.load_curve(str(tmp_path / "pong"), "pong", 5))
+    np.testing.assert_array_equal(odd.start_frames % 2, 1)
+    np.testing.assert_array_equal(even.lengths, 3001 + 2 * np.arange(15))  # every other game's
+
+
+def test_by_parity_refuses_a_run_without_start_frames_in_one_line(tmp_path, capsys):
+    write_run(tmp_path / "cartpole", episodes=4)
+    out = tmp_path / "parity.png"
+
+    assert run_main(str(tmp_path / "cartpole"), f"--out={out}", "--by_parity") == 2
+
+    assert capsys.readouterr().err == (
+        "plot.py: error: cartpole: its games have no start frames (not an Atari run, or trained "
+        "before they were kept), so --by_parity cannot split them\n"
+    )
+    assert not out.exists()
+
+
 _HEADER = "frames,return,length_frames,training_hours\n"
 _HEADER_WITH_STARTS = "frames,return,length_frames,training_hours,start_frames\n"
 
