@@ -36,7 +36,8 @@ def _experiment(*flags: str, timeout: float = 120) -> subprocess.CompletedProces
 
 # Scores may be negative or fractional; counts of a thousand or more carry separators ("1,152").
 _GAME_LINE = re.compile(
-    r"game (\d+): score (-?[\d.]+), ([\d,]+) frames \(([\d,]+) steps\), video (\S+)"
+    r"game (\d+): score (-?[\d.]+), ([\d,]+) frames \(([\d,]+) steps\), begun on frame (\d+), "
+    r"video (\S+)"
 )
 
 
@@ -103,7 +104,8 @@ def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
     assert sorted(int(game[0]) for game in games) == [1, 2], result.stdout
     video_dir = os.path.join(run_dir, "videos", loaded[1])  # one folder per checkpoint
     assert sorted(os.listdir(video_dir)) == ["game_1.mp4", "game_2.mp4"]  # And nothing else.
-    for index, _, frames, steps, path in games:
+    for index, _, frames, steps, start, path in games:
+        assert 1 <= int(start) <= 29  # the no-ops (fewer than 30) and FIRE before its first step
         assert path == os.path.join(video_dir, f"game_{index}.mp4")
         steps, frames = int(steps.replace(",", "")), int(frames.replace(",", ""))
         assert 4 * (steps - 1) < frames <= 4 * steps  # Frame skip 4.
