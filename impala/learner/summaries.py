@@ -7,6 +7,8 @@ curves where they stopped. Tags:
   episode/return, episode/length_frames   one point per finished game (real score, all lives)
   episode/start_frames                    the frames that game began with (Atari's no-ops and
                                           FIRE), beside its return; none where there are none
+  episode/return_odd_start,               the same return again under the parity of that
+  episode/return_even_start               start: a Pong policy may win one kind of game only
   progress/frames_per_sec                 emulator frames per second, all learners
   time/training_secs                      seconds spent training, continued across resumes
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
@@ -67,6 +69,8 @@ class Summaries:
                 tf.summary.scalar("episode/length_frames", float(length))
                 if start >= 0:
                     tf.summary.scalar("episode/start_frames", float(start))
+                    parity = "odd" if int(start) % 2 else "even"
+                    tf.summary.scalar(f"episode/return_{parity}_start", float(episode_return))
 
     def training(
         self,

@@ -432,6 +432,11 @@ def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp
 
     curve = plot.load_curve(str(tmp_path / "atari"), "atari", 20)
     np.testing.assert_array_equal(curve.start_frames, [5, 12, 0])
+    # TensorBoard draws the two kinds of game apart: each return again under its parity.
+    scalars = plot.read_scalars(str(tmp_path / "atari"))
+    assert scalars["episode/return_odd_start"][1].tolist() == [-21.0]
+    assert scalars["episode/return_even_start"][1].tolist() == [-20.0, -19.0]
+    assert "episode/return_odd_start" not in plot.read_scalars(str(tmp_path / "counter"))
     np.testing.assert_array_equal(curve.lengths, [3000, 3100, 3200])
     curve = plot.load_curve(str(tmp_path / "counter"), "counter", 20)
     assert curve.start_frames is None and len(curve.returns) == 3
