@@ -288,7 +288,7 @@ def load_curve(run_folder: str, name: str, window: int) -> Curve:
     )
 
 
-def _paired(lengths, return_steps: np.ndarray) -> np.ndarray | None:
+def _paired(values, return_steps: np.ndarray) -> np.ndarray | None:
     """Each episode's value of a tag written beside its return (its length, or its start
     frames), NaN where the run wrote none, or None if it wrote none at all.
 
@@ -297,14 +297,14 @@ def _paired(lengths, return_steps: np.ndarray) -> np.ndarray | None:
     or the last ones (a run resumed by a version that writes them); otherwise they cannot be
     paired and none are used.
     """
-    if lengths is None or not len(lengths.steps):
+    if values is None or not len(values.steps):
         return None
     paired = np.full(len(return_steps), np.nan)
-    count = min(len(lengths.steps), len(return_steps))
-    if np.array_equal(lengths.steps[:count], return_steps[:count]):
-        paired[:count] = lengths.values[:count]
-    elif np.array_equal(lengths.steps[-count:], return_steps[-count:]):
-        paired[-count:] = lengths.values[-count:]
+    count = min(len(values.steps), len(return_steps))
+    if np.array_equal(values.steps[:count], return_steps[:count]):
+        paired[:count] = values.values[:count]
+    elif np.array_equal(values.steps[-count:], return_steps[-count:]):
+        paired[-count:] = values.values[-count:]
     else:
         return None
     return paired
@@ -521,13 +521,18 @@ def window_line(curve: Curve, window_frames: float) -> str:
     )
 
 
+def parity_masks(start_frames: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """[("odd", mask), ("even", mask)]: which games began on an odd frame and which on an even
+    one (a NaN start, a game whose start was not kept, is in neither: NaN % 2 is NaN)."""
+    return [(name, start_frames % 2 == parity) for name, parity in (("odd", 1), ("even", 0))]
+
+
 def _by_parity(returns: np.ndarray, start_frames: np.ndarray) -> str:
     """ "odd +19.0, even +1.9": the mean return of the games begun on an odd frame and of
     those begun on an even one ("-" for a kind with no game; NaN starts are left out)."""
     parts = []
-    for name, parity in (("odd", 1), ("even", 0)):
-        chosen = returns[start_frames % 2 == parity]  # NaN % 2 is NaN: neither
-        parts.append(f"{name} {chosen.mean():+.1f}" if len(chosen) else f"{name} -")
+    for name, chosen in parity_masks(start_frames):
+        parts.append(f"{name} {returns[chosen].mean():+.1f}" if chosen.any() else f"{name} -")
     return ", ".join(parts)
 
 
@@ -541,8 +546,7 @@ def split_by_parity(curve: Curve) -> list[Curve]:
             "before they were kept), so --by_parity cannot split them"
         )
     parts = []
-    for name, parity in (("odd", 1), ("even", 0)):
-        chosen = curve.start_frames % 2 == parity  # NaN % 2 is NaN: neither
+    for name, chosen in parity_masks(curve.start_frames):
         if not chosen.any():
             continue
         returns = curve.returns[chosen]

@@ -56,6 +56,7 @@ import plot
 from impala import flags as experiment_flags
 from impala import run_folder
 from impala.envs import catch
+from impala.envs.config import ATARI_FRAME_SKIP
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -297,11 +298,12 @@ def by_start_frame(curve: plot.Curve, window: int, saved: dict | None) -> dict |
         return None
     saved = saved if isinstance(saved, dict) else {}
     try:
-        modulo = (int(saved.get("frame_skip") or 0) or 4) * int(saved.get("num_action_repeats", 1))
+        frame_skip = int(saved.get("frame_skip") or 0) or ATARI_FRAME_SKIP
+        modulo = frame_skip * int(saved.get("num_action_repeats", 1))
     except (TypeError, ValueError):
         modulo = 0
     if not 1 <= modulo <= 64:
-        modulo = 4  # an unreadable or implausible record: DeepMind's frame skip, the default
+        modulo = ATARI_FRAME_SKIP  # an unreadable or implausible record: the default skip
 
     def group(chosen: np.ndarray) -> dict:
         games = returns[chosen]
@@ -310,10 +312,25 @@ def by_start_frame(curve: plot.Curve, window: int, saved: dict | None) -> dict |
 
     return {
         "games": len(starts),
-        "parity": {"odd": group(starts % 2 == 1), "even": group(starts % 2 == 0)},
+        "parity": {name: group(chosen) for name, chosen in plot.parity_masks(starts)},
         "modulo": modulo,
         "phase": {str(phase): group(starts % modulo == phase) for phase in range(modulo)},
     }
+
+
+def _parity_text(by_parity: dict | None) -> str:
+    """'; begun on an odd frame: 3 games at +4.3, on an even one: 7 games at -8.0' for the test
+    games' `by_parity`; '' where they have none."""
+    if by_parity is None:
+        return ""
+
+    def games(group: dict) -> str:
+        mean = group["mean_return"]
+        return f"{group['games']} games" + ("" if mean is None else f" at {mean:+.1f}")
+
+    return f"; begun on an odd frame: {games(by_parity['odd'])}, on an even one: " + games(
+        by_parity["even"]
+    )
 
 
 def policy_lag(scalars: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict | None:
@@ -643,16 +660,7 @@ def main(argv: list[str]) -> int:
             print(
                 f"[learning] --mode=test with the final checkpoint: mean {test['mean_return']} "
                 f"over {test['games']} games (min {test['min']:g}, max {test['max']:g})"
-                + (
-                    ""
-                    if test["by_parity"] is None
-                    else "; begun on an odd frame: "
-                    + ", on an even one: ".join(
-                        f"{g['games']} games"
-                        + ("" if g["mean_return"] is None else f" at {g['mean_return']:+.1f}")
-                        for g in test["by_parity"].values()
-                    )
-                )
+                + _parity_text(test["by_parity"])
             )
     print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json, {run_dir}/curve.csv")
     return 0

@@ -40,7 +40,7 @@ class VectorEnvironment:
         self._returns = np.zeros(self.num_envs, np.float64)
         self._steps = np.zeros(self.num_envs, np.int64)
         self._frames = np.zeros(self.num_envs, np.int64)
-        self._start_frames = self._game_starts()
+        self._start_frames: np.ndarray | None = None  # set by reset(), before any step
 
     @property
     def config(self) -> EnvConfig:
