@@ -81,8 +81,8 @@ class Benchmark:
 _MILESTONES = "--keep_checkpoint_every_frames=1e6"
 
 BENCHMARKS = {
-    # `make train ARGS="--total_environment_frames=10e6"`: the first 10M frames of the default
-    # learning-rate schedule, whose learning rate anneals over 200M frames.
+    # `make train ARGS="--total_environment_frames=10e6"`: the default learning-rate schedule
+    # scales with that budget, the rate held to 8.5M and falling to 0 over the last 1.5M frames.
     "pong": Benchmark(
         ("--level_name=PongNoFrameskip-v4", _MILESTONES),
         10e6,

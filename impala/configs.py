@@ -164,7 +164,8 @@ class LearnerConfig:
             "must be in [0, 1]",
         )
         # A cooldown that would begin after the run ends is a schedule that never falls: most
-        # likely one meant for the budget, on the default horizon of 200M frames.
+        # likely one meant for the budget (the default 15% of it), on a longer horizon given in
+        # frames (as the default of 200M frames was before 2026-12-04).
         horizon, cooldown = self.learning_rate_horizon, self.learning_rate_cooldown
         by_frames = self.learning_rate_cooldown_frames != 0
         _require(
@@ -176,7 +177,8 @@ class LearnerConfig:
             f"the learning rate would begin to fall at {horizon - cooldown} frames, after the "
             f"--total_environment_frames={self.total_environment_frames} budget "
             f"(--learning_rate_anneal_frames={self.learning_rate_anneal_frames}); give "
-            "--learning_rate_anneal_frames=0 for a cooldown that ends with the budget",
+            "--learning_rate_anneal_frames=0 for a cooldown that ends with the budget, or "
+            "--learning_rate_cooldown_fraction=0 to anneal over the whole horizon",
         )
 
     @property

@@ -142,17 +142,18 @@ flags.DEFINE_float(
     200e6,
     "Training budget in emulator frames (agent steps x frame skip x repeats).",
 )
-# By default the learning rate anneals over the default budget's 200M frames, or over a longer
-# budget: a shorter run trains with that schedule's first frames at an almost held rate, the
+# By default the schedule's horizon is the budget, whatever it is, and the learning rate holds
+# for its first 85% and falls to 0 over the last 15% (--learning_rate_cooldown_fraction): the
 # schedule the README's Learning results measure.
 flags.DEFINE_float(
     "learning_rate_anneal_frames",
-    200e6,
+    0,
     "Emulator frames over which the learning rate anneals linearly to 0, or the frame budget "
     "(--total_environment_frames) if that is longer, so that the rate never reaches 0 before "
-    "the run ends: the schedule's horizon. By default the default budget's 200M, so a shorter "
-    "run trains with the first frames of that schedule. 0: the budget, whatever it is (the "
-    "paper's schedule; also what a cooldown that ends with a shorter budget needs).",
+    "the run ends: the schedule's horizon. 0 (the default): the budget, whatever it is (the "
+    "paper's schedule; also what a cooldown that ends with the budget needs). Before "
+    "2026-12-04 the default was 200M, so a shorter run trained with the first frames of that "
+    "schedule at an almost held rate.",
 )
 flags.DEFINE_float(
     "learning_rate_cooldown_frames",
@@ -165,17 +166,18 @@ flags.DEFINE_float(
 )
 flags.DEFINE_float(
     "learning_rate_cooldown_fraction",
-    0.0,
+    0.15,
     "--learning_rate_cooldown_frames as a share of the schedule's horizon, so that with "
-    "--learning_rate_anneal_frames=0 the schedule scales with the budget: 0.3 holds the rate for "
-    "the first 70% of it and lets it fall over the last 30% (0 or 1: it falls from the start). "
-    "--learning_rate_cooldown_frames, when not 0, takes its place.",
+    "--learning_rate_anneal_frames=0 the schedule scales with the budget: the default 0.15 holds "
+    "the rate for the first 85% of it and lets it fall over the last 15% (0 or 1: it falls from "
+    "the start, the paper's schedule). --learning_rate_cooldown_frames, when not 0, takes its "
+    "place.",
 )
 flags.DEFINE_integer("batch_size", 16, "Trajectories per learner batch (the paper: 32).")
 flags.DEFINE_integer("unroll_length", 20, "Agent steps per trajectory.")
 flags.DEFINE_integer(
     "batch_reuse",
-    4,
+    6,
     "Optimisation steps the learner takes on each batch (more learning per frame, at the cost "
     "of learner compute; V-trace corrects for the policy having moved).",
 )

@@ -317,6 +317,11 @@ def _supervise_actor(actor: _Supervised) -> None:
         print(f"[run_local] {actor.name} started again")
 
 
+# What a run trained with before a flag existed, for the flags whose default has changed since:
+# the cooldown (2026-11-29; the default is a 15% cooldown since 2026-12-04).
+_BEFORE_THE_FLAG = {"learning_rate_cooldown_fraction": 0.0}
+
+
 def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
     """The experiment.py flags for every process, the numbers of learners and actors, and a line
     saying how a resumed run resumes ("" for a new run).
@@ -357,6 +362,10 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
                 parsed[name] = impala_flags.parse_saved(name, value)
             except ValueError as error:
                 raise ValueError(f"{path}: {error}") from None
+    # A flag added after the run was started is not in its file: it trained with the value that
+    # turned the flag's feature off, which the flag's default since is not.
+    for name, value in _BEFORE_THE_FLAG.items():
+        parsed.setdefault(name, value)
     preset = given.get("preset", parsed.get("preset", ""))
     # Every value the processes would not get by themselves: a saved value equal to the
     # default still beats the preset's.

@@ -363,7 +363,9 @@ def test_cartpole_learns_through_the_distributed_path(tmp_path):
         "--batch_size=16",
         "--total_environment_frames=150000",
         "--learning_rate=0.01",
-        "--learning_rate_anneal_frames=0",  # annealed over its budget, as it was measured
+        # Four steps per batch and the rate annealed over its whole budget, as it was measured.
+        "--batch_reuse=4",
+        "--learning_rate_cooldown_fraction=0",
         "--seed=1",
         timeout=600,
     )

@@ -34,7 +34,9 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         "--batch_size=4",
         "--num_envs_per_actor=2",
         f"--total_environment_frames={BUDGET}",
-        "--learning_rate_anneal_frames=0",  # over the budget: the rate falls in a visible way
+        # Annealed from the start over the budget: the rate falls in a visible way.
+        "--learning_rate_anneal_frames=0",
+        "--learning_rate_cooldown_fraction=0",
     ]
     run_dir = tmp_path / "run"
     # One recent checkpoint, and one past every 1000 frames: the stop's is kept after the end's.

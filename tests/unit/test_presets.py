@@ -58,33 +58,34 @@ def test_the_paper_preset_holds_the_papers_values():
             "batch_reuse",
             "policy_clip",
             "epsilon",
-            "learning_rate_anneal_frames",
+            "learning_rate_cooldown_fraction",
         )
     )
 
 
-def test_the_default_learning_rate_schedule_does_not_depend_on_a_shorter_budget():
-    # The command, `make train ARGS="--total_environment_frames=10000000"`, trains the
-    # first 10M frames of the 200M-frame default run's schedule, which the learning benchmark
-    # measures, not a rate falling to 0 at 10M.
+def test_the_default_learning_rate_holds_then_falls_to_0_over_the_budgets_last_15_percent():
+    # The command, `make train ARGS="--total_environment_frames=10000000"`, which the
+    # learning benchmark measures: the rate held to 8.5M, then falling to 0 at 10M.
     short, _, _ = _config_from("--total_environment_frames=10000000")
+
+    def rate(config, frames):
+        return float(optimise.annealed_learning_rate(config, frames)) / config.learning_rate
+
+    for frames, expected in [(0, 1.0), (8_500_000, 1.0), (9_250_000, 0.5), (10_000_000, 0.0)]:
+        assert rate(short, frames) == pytest.approx(expected), frames
+    # The default budget scales the schedule with it; the paper's preset falls from the start.
     default, _, _ = _config_from()
-    for frames in (0, 5_000_000, 10_000_000):
-        assert float(optimise.annealed_learning_rate(short, frames)) == float(
-            optimise.annealed_learning_rate(default, frames)
-        )
-    assert float(optimise.annealed_learning_rate(short, 10_000_000)) == pytest.approx(
-        0.95 * short.learning_rate
-    )
-    # A longer budget anneals over itself; the paper's preset over whatever budget it is given.
-    longer, _, _ = _config_from("--total_environment_frames=400000000")
-    assert float(optimise.annealed_learning_rate(longer, 200_000_000)) == pytest.approx(
-        0.5 * longer.learning_rate
-    )
+    assert rate(default, 170_000_000) == pytest.approx(1.0)
+    assert rate(default, 185_000_000) == pytest.approx(0.5)
     paper, _, _ = _config_from("--preset=paper", "--total_environment_frames=10000000")
-    assert float(optimise.annealed_learning_rate(paper, 5_000_000)) == pytest.approx(
-        0.5 * paper.learning_rate
-    )
+    assert rate(paper, 5_000_000) == pytest.approx(0.5)
+    # The schedule before 2026-12-04, the first 10M frames of a 200M-frame anneal, is two flags
+    # away; one alone is refused in one line, since the default cooldown would never begin.
+    before = ("--total_environment_frames=10000000", "--learning_rate_anneal_frames=200e6")
+    old, _, _ = _config_from(*before, "--learning_rate_cooldown_fraction=0")
+    assert rate(old, 10_000_000) == pytest.approx(0.95)
+    with pytest.raises(ValueError, match=r"^--learning_rate_cooldown_fraction=0\.15: the learning"):
+        _config_from(*before)
 
 
 def test_without_a_preset_the_flag_defaults_apply():

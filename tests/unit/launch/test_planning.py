@@ -298,6 +298,22 @@ def test_a_resumed_preset_run_gets_every_value_it_was_started_with(tmp_path):
         assert FLAGS.optimizer == "rmsprop" and FLAGS.batch_reuse == 1
 
 
+def test_a_run_from_before_the_cooldown_flag_resumes_without_the_default_cooldown(tmp_path):
+    # Started before --learning_rate_cooldown_fraction existed, its rate fell from the start;
+    # the default since is a cooldown over the budget's last 15%, which it must not turn into.
+    saved = _saved_flags("--total_environment_frames=10e6")
+    del saved["learning_rate_cooldown_fraction"]
+    forwarded, *_ = _resume(tmp_path, saved)
+    assert forwarded["learning_rate_cooldown_fraction"] == 0.0
+    with impala_flags.as_forwarded(forwarded):
+        assert FLAGS.learning_rate_cooldown_fraction == 0.0
+    # One that recorded it keeps what it recorded, the default included.
+    forwarded, *_ = _resume(tmp_path, _saved_flags("--total_environment_frames=10e6"))
+    assert "learning_rate_cooldown_fraction" not in forwarded
+    with impala_flags.as_forwarded(forwarded):
+        assert FLAGS.learning_rate_cooldown_fraction == 0.15
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [

@@ -346,7 +346,8 @@ def test_a_cooldown_that_would_begin_after_the_budget_is_a_one_line_error(cooldo
     assert message.startswith(f"{flag}: the learning rate would begin to fall at ")
     assert "after the --total_environment_frames=10000000 budget" in message
     assert message.endswith(
-        "give --learning_rate_anneal_frames=0 for a cooldown that ends with the budget"
+        "give --learning_rate_anneal_frames=0 for a cooldown that ends with the budget, or "
+        "--learning_rate_cooldown_fraction=0 to anneal over the whole horizon"
     )
     assert "\n" not in message
     # Over the budget itself, the same cooldowns end with the run.
