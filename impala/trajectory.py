@@ -16,6 +16,18 @@ import numpy as np
 if TYPE_CHECKING:
     import tensorflow as tf
 
+# Bounds on what an actor sends, enforced by the learner's transport (a chunk beyond them is
+# refused as "value out of bounds"); sound actors stay far inside them.
+# Behaviour logits: V-trace takes exp(target - behaviour log-probabilities); a gap of 1e3 already
+# means a deterministic policy, and within it every sum the loss makes stays finite in float32.
+MAX_ABS_POLICY_LOGIT = 1e3
+# Raw rewards before clipping: Atari's largest single rewards are in the thousands.
+MAX_ABS_REWARD = 1e6
+# Core state (LSTM cells grow at most by one per step).
+MAX_ABS_CORE_STATE = 1e6
+# A game's return: Atari's highest scores are below 1e7.
+MAX_ABS_EPISODE_RETURN = 1e9
+
 
 class Steps(NamedTuple):
     """Per-time-step fields of trajectories, time-major.

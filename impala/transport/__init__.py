@@ -1,42 +1,42 @@
-"""Actors and learners talk over TensorFlow's own gRPC runtime (`tf.distribute.experimental.rpc`).
+"""Actors and learners talk over gRPC (`grpcio`), in messages of raw bytes whose layouts
+`wire.py` fixes.
 
-Each learner runs a `LearnerService` (`server.py`): an RPC server whose registered TensorFlow
-functions put trajectories into the learner's trajectory store (a bounded queue by default, see
-`impala/learner/store.py`) and hand out its weights. Each actor holds an `ActorClient`
-(`client.py`) connected to its learner. What both sides must agree on, the trajectory spec and
-the arguments it implies, status codes, errors and encoding helpers, is in `wire.py`.
+Each learner runs a `LearnerService` (`server.py`): a gRPC server whose methods put trajectories
+into the learner's trajectory store (a bounded queue by default, see `impala/learner/store.py`)
+and hand out its weights. Each actor holds an `ActorClient` (`client.py`) connected to its
+learner. What both sides must agree on, the methods and their byte layouts, size limits, status
+codes and errors, is in `wire.py`.
 
-Every call carries the run secret (`impala/run_secret.py`) as its first argument: the learner
-compares it in constant time and answers a call without it with a refusal, and nothing else (no
-weights, nothing queued, no episode recorded). Everything an actor sends is checked on arrival,
-and a bad chunk is refused and counted (`LearnerService.refusals`), so that the learner keeps
-training whatever arrives. Traffic is not encrypted (see the README's threat model).
+Every call carries the run secret (`impala/run_secret.py`) in its metadata. The learner checks
+it, in constant time, before any handler runs or a byte of the request is read: a call without
+it ends with gRPC's UNAUTHENTICATED, whatever method it names, and gets nothing else (no
+weights, no list of methods, nothing queued, no episode recorded). A request is then checked
+against its layout by its length before it is read, and what it would queue is checked, so
+that nothing an actor sends can stop the learner: a bad chunk is refused and counted
+(`LearnerService.refusals`). The learner bounds what callers can make it hold: messages (gRPC
+refuses a request larger than the largest chunk before the learner sees it), calls under way
+(`server.MAX_CONCURRENT_CALLS`), trajectories (the store's capacity) and episodes waiting
+(`server.MAX_WAITING_EPISODES`). Traffic is encrypted and both ends are authenticated by the
+run's certificate with `--transport_tls` (`impala/run_tls.py`); without it, it is plain TCP
+(see the README's threat model).
 
 What travels how:
-- `hello`: the actor's identity and task; the learner answers whether it may connect.
-- `room`: whether the actor may send a chunk now; an actor asks before it sends an unroll, and
+- `Hello`: the actor's identity and task; the learner answers whether it may connect.
+- `Room`: whether the actor may send a chunk now; an actor asks before it sends an unroll, and
   again while the answer is `QUEUE_FULL` (after pauses that grow to a tenth of how long it has
   waited so far or typically waits), so that unrolls are not sent to a full store to see
   whether it takes them. Room goes to the actor that has waited longest among those still
   asking, so that an actor pausing longer between asks is not passed over again and again.
-- `enqueue`: chunks of whole trajectories, time-major; the learner answers `ACCEPTED`,
-  `QUEUE_FULL` (the store filled while the chunk travelled: refused before it is decoded, and
-  the actor asks for room again),
-  `FINISHED`, `UNAUTHORIZED`, `REFUSED` or `UNKNOWN_ACTOR` (the actor's task has not said
-  `hello` to this learner: the learner restarted since the actor connected, and the RPC layer
-  reconnected to it on its own; the actor connects again, so that the new learner checks it).
-- `report_episodes`: the real returns, agent steps and frames of finished episodes, and the
+- `Enqueue`: chunks of whole trajectories, time-major, each under `wire.MAX_MESSAGE_BYTES`; the
+  learner answers `ACCEPTED`, `QUEUE_FULL` (the store filled while the chunk travelled: refused
+  after reading its header only, and the actor asks for room again), `FINISHED`, `REFUSED` or
+  `UNKNOWN_ACTOR` (the actor's task has not said `Hello` to this learner: the learner restarted
+  since the actor connected, and gRPC reconnected to it on its own; the actor connects again,
+  so that the new learner checks it).
+- `ReportEpisodes`: the real returns, agent steps and frames of finished episodes, and the
   frames each began with (Atari's no-ops and FIRE; -1 for other families).
-- `weights_version`, `weights_chunk`: the learner's weights, as a versioned snapshot string
-  fetched in chunks.
-
-Two facts about the RPC layer shape this package (both measured, see README):
-- A message may not exceed 4 MiB (gRPC's default, which TensorFlow does not let us raise), so
-  unrolls travel in chunks of whole trajectories, and weights as a snapshot string fetched in
-  chunks.
-- A uint8 tensor is encoded element by element (about 1.5 bytes per byte, and slowly), while a
-  string travels as raw bytes: observations are sent as a byte string and decoded on the learner,
-  which benchmarks/transport_encoding.py measures 8-10x faster.
+- `WeightsVersion`, `Weights`: the learner's weight version, and its weights (one message,
+  only when the actor's version is not the learner's).
 
 A new transport is a new server and client pair implementing the same methods as
 `LearnerService` and `ActorClient`, keeping `wire.py`'s spec, status codes and errors.
@@ -51,13 +51,13 @@ from impala.transport.wire import (
     QUEUE_FULL,
     REFUSAL_REASONS,
     REFUSED,
-    UNAUTHORIZED,
     UNKNOWN_ACTOR,
     AuthenticationError,
     LearnerFinishedError,
     LearnerRestartedError,
     LearnerUnreachableError,
     MismatchError,
+    ProtocolError,
     UnrollSpec,
     describe,
 )
@@ -69,7 +69,6 @@ __all__ = [
     "QUEUE_FULL",
     "REFUSAL_REASONS",
     "REFUSED",
-    "UNAUTHORIZED",
     "UNKNOWN_ACTOR",
     "ActorClient",
     "AuthenticationError",
@@ -79,6 +78,7 @@ __all__ = [
     "LearnerService",
     "LearnerUnreachableError",
     "MismatchError",
+    "ProtocolError",
     "QueuedTrajectories",
     "UnrollSpec",
     "describe",

@@ -8,41 +8,36 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from typing import Any
 
+import grpc
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import errors_impl
 
 from impala import run_identity
 from impala.trajectory import Steps, Unroll
+from impala.transport import wire
 from impala.transport.wire import (
-    _FINISHED_VERSION,
-    _UNAUTHORIZED_HELLO,
-    _UNAUTHORIZED_VERSION,
     FINISHED,
-    LEARNER_METHODS,
-    MAX_MESSAGE_BYTES,
+    FINISHED_VERSION,
+    MAX_EPISODES_PER_REPORT,
     QUEUE_FULL,
     REFUSED,
-    UNAUTHORIZED,
+    STATUS,
     UNKNOWN_ACTOR,
+    VERSION,
     AuthenticationError,
     LearnerFinishedError,
     LearnerRestartedError,
     LearnerUnreachableError,
     MismatchError,
+    ProtocolError,
     UnrollSpec,
-    _trajectory_bytes,
-    observation_bytes,
 )
-
-_rpc = tf.distribute.experimental.rpc
 
 # While the learner's queue stays full, an actor asks for room again after 2 ms, then twice as
 # long each time, up to a pause of a tenth of how long it has waited so far or typically waits
-# (a moving average), whichever is longer, kept within these bounds: each `room` call costs both
+# (a moving average), whichever is longer, kept within these bounds: each `Room` call costs both
 # sides CPU that the learner could have trained with, a slow learner keeps its actors waiting
 # for most of a batch, and a learner tracing its first step for a minute keeps them waiting that
 # long; the tenth bounds how late an actor hears of room to about a tenth of the time it spends
@@ -51,6 +46,9 @@ _rpc = tf.distribute.experimental.rpc
 # pause must stay well below that.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
+# A learner at its bound of calls under way answers RESOURCE_EXHAUSTED: the call is tried again
+# after this pause, doubling, until the call's deadline.
+_BUSY_FIRST_PAUSE_SECS = 0.01
 
 
 class ActorClient:
@@ -67,6 +65,7 @@ class ActorClient:
         connect_timeout_secs: float | None = None,
         *,
         secret: str,
+        tls=None,
     ):
         """Connects to the learner at `address` and checks that both sides agree.
 
@@ -74,6 +73,7 @@ class ActorClient:
           secret: the run secret (`impala/run_secret.py`), sent with every call.
           timeout_secs: the deadline of every call; the learner never holds a call for long.
           connect_timeout_secs: how long to try reaching the learner (default: timeout_secs).
+          tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
 
         Raises:
           MismatchError: naming every setting that differs from the learner's, or if this
@@ -82,55 +82,56 @@ class ActorClient:
           LearnerUnreachableError: no learner answered.
         """
         self._address = address
-        self._timeout_ms = int(timeout_secs * 1000)
+        self._timeout_secs = timeout_secs
         self._task = actor_task
         self._spec = spec
         self._variables = list(variables)
-        self._secret = tf.constant(secret)
+        self._num_weights = sum(math.prod(v.shape) for v in self._variables)
+        self._metadata = ((wire.SECRET_KEY, secret),)
         # Chunks of trajectories the learner refused (it says why in its log); a sound actor
         # sees this only for unrolls acted with weights a restarted learner no longer has.
         self.refused_chunks = 0
         # Chunks sent, and those of them answered QUEUE_FULL and so sent again: the queue filled
-        # between the answer to `room` and their arrival (with the other chunks of the same
+        # between the answer to `Room` and their arrival (with the other chunks of the same
         # unroll, which travel together, or another actor's).
         self.sent_chunks = 0
         self.full_chunks = 0
-        # Seconds `send` spent waiting for the learner's queue to have room, and `room` calls.
+        # Seconds `send` spent waiting for the learner's queue to have room, and `Room` calls.
         self.room_wait_secs = 0.0
         self.room_calls = 0
         self._typical_room_wait_secs = 0.0
+        self._channel = self._open_channel(address, tls)
         try:
-            self._client = _rpc.Client.create(
-                "grpc",
-                address,
-                # The name keys a shared resource: a second client under the same name would
-                # delete this one's connection when it is garbage-collected.
-                name=f"actor_{actor_task}_{uuid.uuid4().hex}",
-                # Only connecting uses this; every call passes its own deadline.
-                timeout_in_ms=int(1000 * (connect_timeout_secs or timeout_secs)),
+            grpc.channel_ready_future(self._channel).result(
+                timeout=connect_timeout_secs or timeout_secs
             )
-        except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
-            raise LearnerUnreachableError(
-                f"no learner answers at {address}: {error.message.splitlines()[0]}"
-            ) from None
-        missing = sorted(set(LEARNER_METHODS) - set(self._client._method_registry))
-        if missing:
-            raise MismatchError(
-                f"the learner at {address} does not serve {', '.join(missing)}: it runs other "
-                "code than this actor (start learners and actors from the same checkout)"
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            # A learner that serves TLS when this actor does not (or the other way round, or
+            # with another run's certificate) looks the same as none from here.
+            hint = (
+                "over TLS (a learner without --transport_tls, or with another run's tls.pem, "
+                "does not answer it)"
+                if tls is not None
+                else "(a learner started with --transport_tls answers only actors given it too)"
             )
+            raise LearnerUnreachableError(f"no learner answers at {address} {hint}") from None
+        self._methods = {
+            name: self._channel.unary_unary(wire.method_path(name)) for name in wire.METHODS
+        }
         self.version = -1
-        answer = (
-            self._call(
-                "hello",
-                tf.constant(run_identity.encode(identity)),
-                tf.constant(actor_task, tf.int32),
-            )
-            .numpy()
-            .decode()
+        try:
+            self._hello(identity)
+        except BaseException:
+            self._channel.close()
+            raise
+
+    def _hello(self, identity: dict[str, Any]) -> None:
+        """Introduces this actor; raises MismatchError unless the learner welcomes it."""
+        address, actor_task = self._address, self._task
+        answer = self._call("Hello", wire.encode_hello(actor_task, identity)).decode(
+            errors="replace"
         )
-        if answer == _UNAUTHORIZED_HELLO:
-            raise self._unauthorized()
         if answer.startswith("MISMATCH:"):
             learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
             raise MismatchError(
@@ -139,6 +140,25 @@ class ActorClient:
             )
         if answer:
             raise MismatchError(f"actor {actor_task} at learner {address}: {answer}")
+
+    def _open_channel(self, address: str, tls) -> grpc.Channel:
+        options = [
+            # Replies are small but for the weights, whose size this actor knows.
+            ("grpc.max_receive_message_length", max(1 << 20, VERSION.size + 4 * self._num_weights)),
+            ("grpc.max_send_message_length", self._spec.max_enqueue_bytes),
+        ]
+        if tls is None:
+            return grpc.insecure_channel(address, options=options)
+        from impala import run_tls
+
+        return grpc.secure_channel(
+            address,
+            run_tls.channel_credentials(tls),
+            options=options + list(run_tls.CHANNEL_OPTIONS),
+        )
+
+    def close(self) -> None:
+        self._channel.close()
 
     def send(self, unroll: Unroll) -> None:
         """Sends one unroll (all of the actor's environments), in chunks under the size limit.
@@ -152,20 +172,20 @@ class ActorClient:
           LearnerUnreachableError: the learner did not answer.
         """
         num_envs = unroll.steps.prev_action.shape[1]
-        per_chunk = max(1, MAX_MESSAGE_BYTES // max(1, _trajectory_bytes(unroll)))
+        per_chunk = self._spec.chunk_trajectories
         chunks = [
-            self._chunk_args(unroll, slice(start, min(start + per_chunk, num_envs)))
+            self._chunk(unroll, slice(start, min(start + per_chunk, num_envs)))
             for start in range(0, num_envs, per_chunk)
         ]
         while chunks:
             self._wait_for_room()
             # All chunks in flight at once; those refused for a full queue (filled meanwhile,
             # by this unroll's other chunks or another actor's) go again once there is room.
-            pending = [(args, self._start_call("enqueue", args)) for args in chunks]
-            statuses = [(args, int(self._check(result, "enqueue"))) for args, result in pending]
+            pending = [(chunk, self._start_call("Enqueue", chunk)) for chunk in chunks]
+            statuses = [(chunk, self._status(future, chunk)) for chunk, future in pending]
             self.sent_chunks += len(statuses)
             self.refused_chunks += sum(status == REFUSED for _, status in statuses)
-            chunks = [args for args, status in statuses if status == QUEUE_FULL]
+            chunks = [chunk for chunk, status in statuses if status == QUEUE_FULL]
             self.full_chunks += len(chunks)
             self._raise_for(status for _, status in statuses)
 
@@ -173,15 +193,16 @@ class ActorClient:
         """Returns once the learner's store would admit a chunk, asking with a small call.
 
         Unrolls are not sent to a full store to see whether it takes them: a refused unroll's
-        megabytes would have travelled and been decoded and checked for nothing, on the
-        learner's CPU (with a one-batch queue, most of the unrolls sent were refused).
+        megabytes would have travelled and been checked for nothing, on the learner's CPU (with
+        a one-batch queue, most of the unrolls sent were refused).
         """
         low, high = _ROOM_PAUSE_BOUNDS_SECS
         pause, started = _ROOM_FIRST_PAUSE_SECS, time.monotonic()
+        request = wire.TASK.pack(self._task)
         try:
             while True:
                 self.room_calls += 1
-                status = int(self._call("room", tf.constant(self._task, tf.int32)))
+                (status,) = STATUS.unpack(self._call("Room", request))
                 self._raise_for([status])
                 if status != QUEUE_FULL:
                     return
@@ -195,11 +216,8 @@ class ActorClient:
             self._typical_room_wait_secs += 0.2 * (waited - self._typical_room_wait_secs)
 
     def _raise_for(self, statuses) -> None:
-        """Raises for the statuses that end sending: the secret refused, the learner done or
-        restarted."""
+        """Raises for the statuses that end sending: the learner done or restarted."""
         statuses = list(statuses)
-        if UNAUTHORIZED in statuses:
-            raise self._unauthorized()
         if FINISHED in statuses:
             raise LearnerFinishedError(f"learner at {self._address} has finished")
         if UNKNOWN_ACTOR in statuses:
@@ -207,33 +225,31 @@ class ActorClient:
                 f"the learner at {self._address} restarted since actor {self._task} connected"
             )
 
-    def _chunk_args(self, unroll: Unroll, envs: slice) -> list:
-        """`enqueue`'s arguments for the trajectories of environments `envs`."""
-        steps = Steps(*(field[:, envs] for field in unroll.steps))
-        # A byte string travels far faster than a uint8 tensor (see the package docstring).
-        observation = observation_bytes(steps.observation)
-        return [
-            tf.constant(self._task, tf.int32),
-            tf.constant(unroll.weight_version, tf.int64),
-            *steps._replace(observation=observation),
-            *(state[envs] for state in tf.nest.flatten(unroll.agent_state)),
-        ]
+    def _chunk(self, unroll: Unroll, envs: slice) -> bytes:
+        """The `Enqueue` request for the trajectories of environments `envs`."""
+        return wire.encode_enqueue(
+            self._task,
+            unroll.weight_version,
+            Steps(*(field[:, envs] for field in unroll.steps)),
+            [np.asarray(state)[envs] for state in tf.nest.flatten(unroll.agent_state)],
+        )
 
     def report_episodes(self, episodes) -> None:
         """Sends finished episodes' real scores, agent steps, frames and start frames (-1
         where the family has none) to the learner."""
-        if not episodes:
-            return
-        status = self._call(
-            "report_episodes",
-            tf.constant(self._task, tf.int32),
-            tf.constant([e.episode_return for e in episodes], tf.float32),
-            tf.constant([e.episode_steps for e in episodes], tf.int64),
-            tf.constant([e.episode_frames for e in episodes], tf.int64),
-            tf.constant([e.start_frames for e in episodes], tf.int64),
-        )
-        if int(status) == UNAUTHORIZED:
-            raise self._unauthorized()
+        for start in range(0, len(episodes), MAX_EPISODES_PER_REPORT):
+            part = episodes[start : start + MAX_EPISODES_PER_REPORT]
+            reply = self._call(
+                "ReportEpisodes",
+                wire.encode_episodes(
+                    self._task,
+                    [e.episode_return for e in part],
+                    [e.episode_steps for e in part],
+                    [e.episode_frames for e in part],
+                    [e.start_frames for e in part],
+                ),
+            )
+            self._raise_for([STATUS.unpack(reply)[0]])
 
     def learner_version(self) -> int:
         """The learner's weight version (-1 before it publishes any).
@@ -241,10 +257,8 @@ class ActorClient:
         Raises:
           LearnerFinishedError: the learner has finished.
         """
-        version = int(self._call("weights_version"))
-        if version == _UNAUTHORIZED_VERSION:
-            raise self._unauthorized()
-        if version == _FINISHED_VERSION:
+        (version,) = wire.unpack_exact(VERSION, self._call("WeightsVersion", b""), "version")
+        if version == FINISHED_VERSION:
             raise LearnerFinishedError(f"learner at {self._address} has finished")
         return version
 
@@ -254,15 +268,23 @@ class ActorClient:
         Returns:
           (weights in variable order, version), or None if the actor is up to date or the
           learner has not published weights yet.
+
+        Raises:
+          LearnerFinishedError: the learner has finished.
+          ProtocolError: the learner sent weights of another size than this actor's.
         """
-        while True:
-            version = self.learner_version()
-            if version < 0 or version == self.version:
-                return None
-            fetched = self._fetch_snapshot()
-            if fetched is not None:  # else the learner published a newer version meanwhile
-                break
-        flat, version = fetched
+        reply = self._call("Weights", VERSION.pack(self.version))
+        (version,) = VERSION.unpack_from(reply)
+        if version == FINISHED_VERSION:
+            raise LearnerFinishedError(f"learner at {self._address} has finished")
+        if len(reply) == VERSION.size:
+            return None
+        if len(reply) != VERSION.size + 4 * self._num_weights:
+            raise ProtocolError(
+                f"the learner at {self._address} sent {len(reply) - VERSION.size} bytes of "
+                f"weights; this actor's network has {4 * self._num_weights}"
+            )
+        flat = np.frombuffer(reply, "<f4", offset=VERSION.size)
         weights, offset = [], 0
         for variable in self._variables:
             size = math.prod(variable.shape)
@@ -271,53 +293,52 @@ class ActorClient:
         self.version = version
         return weights, version
 
-    def _fetch_snapshot(self) -> tuple[np.ndarray, int] | None:
-        chunks, offset, total, version = [], 0, None, None
-        while total is None or offset < total:
-            chunk_version, body_size, chunk = self._call(
-                "weights_chunk",
-                tf.constant(offset, tf.int64),
-                tf.constant(MAX_MESSAGE_BYTES, tf.int64),
-            )
-            if int(chunk_version) == _UNAUTHORIZED_VERSION:
-                raise self._unauthorized()
-            if version is None:
-                version, total = int(chunk_version), int(body_size)
-            elif int(chunk_version) != version:
-                return None
-            chunks.append(chunk.numpy())
-            offset += MAX_MESSAGE_BYTES
-        flat = tf.io.parse_tensor(b"".join(chunks), tf.float32).numpy()
-        return flat, version
+    def _call(self, method: str, request: bytes) -> bytes:
+        return self._result(self._start_call(method, request), method, request)
 
-    def _unauthorized(self) -> AuthenticationError:
-        return AuthenticationError(
-            f"actor {self._task}: the learner at {self._address} refused this actor's run secret "
-            "(--secret_file must hold the same secret as the learner's)"
-        )
-
-    def _call(self, method: str, *args):
-        return self._check(self._start_call(method, list(args)), method)
-
-    def _start_call(self, method: str, args: list):
-        specs = self._client._method_registry[method]  # fetched from the server on connect
+    def _start_call(self, method: str, request: bytes):
         # An explicit deadline on every call: without one, a call to a learner that died
         # waits forever.
-        return self._client.call(
-            method, [self._secret, *args], output_specs=specs, timeout_in_ms=self._timeout_ms
+        return self._methods[method].future(
+            request, timeout=self._timeout_secs, metadata=self._metadata
         )
 
-    def _check(self, result, method: str):
-        if result.is_ok():
-            return result.get_value()
-        code, message = result.get_error()
-        message = message.numpy().decode(errors="replace").splitlines()[0]
-        error_type = errors_impl.exception_type_from_error_code(int(code))
-        if error_type in (tf.errors.UnavailableError, tf.errors.DeadlineExceededError):
-            raise LearnerUnreachableError(
-                f"{method} call to learner {self._address} failed: {message}"
+    def _status(self, future, chunk: bytes) -> int:
+        (status,) = STATUS.unpack(self._result(future, "Enqueue", chunk))
+        return status
+
+    def _result(self, future, method: str, request: bytes) -> bytes:
+        """The reply of a call begun with `_start_call`, tried again while the learner is at
+        its bound of calls under way (RESOURCE_EXHAUSTED), until the call's deadline."""
+        pause, deadline = _BUSY_FIRST_PAUSE_SECS, time.monotonic() + self._timeout_secs
+        while True:
+            try:
+                return future.result()
+            except grpc.RpcError as error:
+                busy = error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                if not busy or time.monotonic() + pause > deadline:
+                    raise self._translated(error, method) from None
+            time.sleep(pause)
+            pause *= 2
+            future = self._start_call(method, request)
+
+    def _translated(self, error: grpc.RpcError, method: str) -> Exception:
+        code = error.code()
+        details = (error.details() or "").splitlines()[0] if error.details() else ""
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return LearnerUnreachableError(
+                f"{method} call to learner {self._address} failed: {details or code.name}"
             )
-        if error_type is tf.errors.CancelledError or "closed" in message:
-            # The learner closed its queue while this call was in flight.
-            raise LearnerFinishedError(f"learner at {self._address} has finished")
-        raise error_type(None, None, f"{method} on learner {self._address}: {message}")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return AuthenticationError(
+                f"actor {self._task}: the learner at {self._address} refused this actor's run "
+                "secret (--secret_file must hold the same secret as the learner's)"
+            )
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return MismatchError(
+                f"the learner at {self._address} does not serve {method}: it runs other code "
+                "than this actor (start learners and actors from the same checkout)"
+            )
+        if code == grpc.StatusCode.CANCELLED:
+            return LearnerFinishedError(f"learner at {self._address} has finished")
+        return ProtocolError(f"{method} on learner {self._address}: {code.name}: {details}")

@@ -1,4 +1,4 @@
-"""The learner's side of the transport: `LearnerService`, an RPC server over its trajectory store.
+"""The learner's side of the transport: `LearnerService`, a gRPC server over its trajectory store.
 
 A new transport is a new server and client pair implementing the same methods (see the package
 docstring).
@@ -6,39 +6,65 @@ docstring).
 
 from __future__ import annotations
 
+import collections
 import errno
+import hmac
+import logging
 import socket
+import threading
 import time
+from concurrent import futures
 from typing import Any, NamedTuple
 
+import grpc
 import numpy as np
 import tensorflow as tf
 
 from impala import configs, run_identity, run_secret
 from impala.learner.store import FifoStore, TrajectoryStore
-from impala.trajectory import Steps
+from impala.trajectory import (
+    MAX_ABS_CORE_STATE,
+    MAX_ABS_EPISODE_RETURN,
+    MAX_ABS_POLICY_LOGIT,
+    MAX_ABS_REWARD,
+    Steps,
+)
+from impala.transport import wire
 from impala.transport.wire import (
-    _FINISHED_VERSION,
-    _UNAUTHORIZED_HELLO,
-    _UNAUTHORIZED_VERSION,
-    _VERSION_DIGITS,
     ACCEPTED,
     FINISHED,
+    FINISHED_VERSION,
+    NO_WEIGHTS_VERSION,
     QUEUE_FULL,
     REFUSAL_REASONS,
     REFUSED,
-    UNAUTHORIZED,
+    STATUS,
     UNKNOWN_ACTOR,
+    VERSION,
+    ProtocolError,
     UnrollSpec,
-    _split_steps,
-    _swap_leading_axes,
 )
-
-_rpc = tf.distribute.experimental.rpc
 
 # An actor that has not asked for room for this long has stopped waiting (it sent, died or
 # restarted): room no longer waits for it. Longer than an actor's longest pause between asks.
 ROOM_ASKING_SECS = 1.0
+# Threads that run calls, and calls under way at once (more are answered RESOURCE_EXHAUSTED at
+# once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that calls can
+# hold on a learner are bounded by about 64 x 3 MiB, whatever callers do.
+SERVER_THREADS = 8
+MAX_CONCURRENT_CALLS = 64
+# Streams one connection may hold open at once (an actor has one per chunk in flight).
+MAX_STREAMS_PER_CONNECTION = 32
+# The most actor tasks a learner keeps track of, and episodes waiting for the learner to read
+# them; episodes are also accepted at most at this rate (a burst of the waiting bound), so that
+# no caller makes the learner's bookkeeping stall it.
+MAX_ACTOR_TASKS = 1 << 16
+MAX_WAITING_EPISODES = 10_000
+MAX_EPISODES_PER_SEC = 2_000.0
+# A host's refused calls are logged one by one up to this many a minute, then summed up.
+LOGGED_REFUSALS_PER_MINUTE = 5
+
+_log = logging.getLogger(__name__)
 
 
 class QueuedTrajectories(NamedTuple):
@@ -76,18 +102,29 @@ class EpisodeBatch(NamedTuple):
     _ACTION_OUT_OF_RANGE,
     _NON_FINITE,
     _NEGATIVE_VERSION,
+    _OUT_OF_BOUNDS,
+    _TOO_MANY_EPISODES,
 ) = range(len(REFUSAL_REASONS))
 
 
+class _RefusedError(Exception):
+    """A request refused for `REFUSAL_REASONS[reason]`."""
+
+    def __init__(self, reason: int):
+        super().__init__(REFUSAL_REASONS[reason])
+        self.reason = reason
+
+
 class LearnerService:
-    """The learner's side: a trajectory store and a weight snapshot, served over RPC.
+    """The learner's side: a trajectory store and a weight snapshot, served over gRPC.
 
     Trajectories go into a `TrajectoryStore` (`impala/learner/store.py`): a bounded FIFO queue
     by default. A replay scheme is a new `TrajectoryStore` in that file, passed as `store`.
 
-    Every method takes the run secret first and does nothing for a caller without it (see
-    `impala/run_secret.py`): it hands out no weights, queues nothing, records no episode. What
-    it queues is checked first (`_trajectory_problem`), so that nothing an actor sends can stop
+    A call is authenticated before anything else (`_Authenticator`): without the run secret it
+    ends UNAUTHENTICATED, its request unread. Every request is then checked against the layout
+    in `wire.py` by its length before a field is read, and what it would queue or record is
+    checked (`_trajectory_problem`, `_episodes_problem`), so that nothing an actor sends can stop
     the learner. Each refused call is counted by reason (`refusals`).
     """
 
@@ -103,6 +140,7 @@ class LearnerService:
         *,
         secret: str,
         store: TrajectoryStore | None = None,
+        tls=None,
     ):
         """Starts serving at `address` ("host:port").
 
@@ -119,6 +157,7 @@ class LearnerService:
             for a `FifoStore` (see there) made here; give either this or `store`.
           secret: the run secret (`run_secret.LENGTH` hexadecimal digits) every call carries.
           store: where trajectories wait for the learner; its `capacity` is `queue_capacity`.
+          tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
 
         Raises:
           ValueError: `address` is malformed or cannot be listened on (another process holds
@@ -133,30 +172,30 @@ class LearnerService:
             raise ValueError(f"a run secret has {run_secret.LENGTH} characters, not {len(secret)}")
         check_listening_address(address)
         self.spec = spec
-        self._secret = tf.constant(np.frombuffer(secret.encode(), np.uint8))
-        self._refusals = tf.Variable(tf.zeros([len(REFUSAL_REASONS)], tf.int64), trainable=False)
-        # Welcomes per actor task: more than one is an actor that came back (restarted, or
-        # reconnected after losing this learner).
-        self._welcomes = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, 0)
-        # Actor task -> [when its wait for room began, when it last asked], while it waits.
-        self._room_asks = tf.lookup.experimental.MutableHashTable(
-            tf.int64, tf.float64, [-np.inf, -np.inf]
-        )
         self._identity = run_identity.encode(identity)
         self._variables = list(variables)
         self._learner_index = learner_index
         self._num_learners = num_learners
         self._store = store if store is not None else FifoStore(spec.queue_specs(), queue_capacity)
-        self._episodes = tf.queue.FIFOQueue(
-            1 << 20, [tf.int32, tf.float32, tf.int64, tf.int64, tf.int64], shapes=[[]] * 5
-        )
-        self._version = tf.Variable(-1, dtype=tf.int64, trainable=False)
-        self._received = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self._finished = tf.Variable(False, trainable=False)
-        self._snapshot = tf.Variable("", dtype=tf.string, trainable=False)
-        self._server = _rpc.Server.create("grpc", address)
-        self._register_methods()
-        self._server.start()
+        self._admit = tf.function(self._admit_chunk, input_signature=_chunk_signature(spec))
+        self._lock = threading.Lock()
+        self._refusals = [0] * len(REFUSAL_REASONS)
+        # Welcomes per actor task: more than one is an actor that came back (restarted, or
+        # reconnected after losing this learner).
+        self._welcomes: dict[int, int] = {}
+        # Actor task -> [when its wait for room began, when it last asked], while it waits.
+        self._room_asks: dict[int, tuple[float, float]] = {}
+        self._episodes: list[tuple] = []
+        self._waiting_episodes = 0
+        self._episode_tokens = _TokenBucket(MAX_EPISODES_PER_SEC, MAX_WAITING_EPISODES)
+        self._received = 0
+        self._finished = False
+        # The reply to `Weights`: the version, then the weights (see `publish_weights`).
+        self._weights_reply = VERSION.pack(NO_WEIGHTS_VERSION)
+        self._authenticator = _Authenticator(secret, self._count_wrong_secret)
+        self._server = self._serve(address, tls)
+
+    # ---- The learner's side ------------------------------------------------------------------
 
     @property
     def queue_size(self) -> int:
@@ -169,22 +208,29 @@ class LearnerService:
     @property
     def refusals(self) -> dict[str, int]:
         """Calls refused since this learner started, by reason (`wire.REFUSAL_REASONS`)."""
-        return dict(zip(REFUSAL_REASONS, (int(n) for n in self._refusals.numpy()), strict=True))
+        with self._lock:
+            return dict(zip(REFUSAL_REASONS, self._refusals, strict=True))
+
+    @property
+    def refusing_hosts(self) -> dict[str, int]:
+        """Calls refused for the secret since this learner started, by the caller's host."""
+        return self._authenticator.by_host()
 
     @property
     def connections(self) -> dict[int, int]:
         """How many times each actor task has connected since this learner started."""
-        tasks, counts = self._welcomes.export()
-        return {int(t): int(c) for t, c in zip(tasks.numpy(), counts.numpy(), strict=True)}
+        with self._lock:
+            return dict(self._welcomes)
 
     @property
     def trajectories_received(self) -> int:
         """Trajectories actors have put into the queue since this learner started."""
-        return int(self._received)
+        return self._received
 
     def publish_weights(self, version: int) -> None:
         """Makes the current variable values available to actors as `version`."""
-        self._publish(tf.constant(version, tf.int64))
+        flat = _flat_weights(self._variables).numpy() if self._variables else np.zeros(0)
+        self._weights_reply = VERSION.pack(version) + flat.astype("<f4").tobytes()
 
     def dequeue(self, batch_size: int) -> QueuedTrajectories:
         """Blocks until `batch_size` trajectories are queued and returns them, time-major."""
@@ -192,9 +238,15 @@ class LearnerService:
 
     def pop_episodes(self) -> EpisodeBatch:
         """Episodes reported since the last call (never blocks)."""
-        count = int(self._episodes.size())
-        fields = self._episodes.dequeue_many(count) if count else _EMPTY_EPISODES
-        return EpisodeBatch(*(np.asarray(t) for t in fields))
+        with self._lock:
+            episodes, self._episodes, self._waiting_episodes = self._episodes, [], 0
+        fields = zip(*episodes, strict=True) if episodes else [[e] for e in _EMPTY_EPISODES]
+        return EpisodeBatch(
+            *(
+                np.concatenate(field).astype(empty.dtype)
+                for field, empty in zip(fields, _EMPTY_EPISODES, strict=True)
+            )
+        )
 
     def close(self, linger_secs: float = 0.0) -> None:
         """Tells actors that training is over and stops accepting trajectories.
@@ -203,331 +255,394 @@ class LearnerService:
           linger_secs: keep answering for this long, so that every actor hears that the learner
             finished (on its next call) rather than finding it gone.
         """
-        self._finished.assign(True)
+        self._finished = True
         self._store.close()
-        self._episodes.close(cancel_pending_enqueues=True)
         time.sleep(linger_secs)
 
-    def _register_methods(self) -> None:
-        scalar = tf.TensorSpec([], tf.int32)
-        secret = tf.TensorSpec([], tf.string)
-        methods = {
-            "hello": (self._hello, [secret, tf.TensorSpec([], tf.string), scalar]),
-            "room": (self._room, [secret, scalar]),
-            "enqueue": (self._enqueue, self.spec.enqueue_signature()),
-            "report_episodes": (
-                self._report_episodes,
-                [secret, scalar]
-                + [tf.TensorSpec([None], t) for t in (tf.float32, tf.int64, tf.int64, tf.int64)],
-            ),
-            "weights_version": (self._weights_version, [secret]),
-            "weights_chunk": (self._weights_chunk, [secret] + [tf.TensorSpec([], tf.int64)] * 2),
+    def stop(self) -> None:
+        """Stops serving: calls under way end, and the port is free again."""
+        self._finished = True
+        self._server.stop(grace=None).wait()
+
+    # ---- Serving ---------------------------------------------------------------------------
+
+    def _serve(self, address: str, tls) -> grpc.Server:
+        handlers = {
+            wire.method_path("Hello"): self._hello,
+            wire.method_path("Room"): self._room,
+            wire.method_path("Enqueue"): self._enqueue,
+            wire.method_path("ReportEpisodes"): self._report_episodes,
+            wire.method_path("WeightsVersion"): self._weights_version,
+            wire.method_path("Weights"): self._weights,
         }
-        for name, (method, signature) in methods.items():
-            self._server.register(name, tf.function(method, input_signature=signature))
-
-    # ---- RPC methods: run by the server's threads as TensorFlow functions -------------------
-
-    def _authorized(self, secret):
-        """Whether `secret` is the run's, compared in time independent of where they differ."""
-
-        def same_bytes():
-            given = tf.io.decode_raw(secret, tf.uint8)
-            return tf.equal(tf.reduce_max(tf.bitwise.bitwise_xor(given, self._secret)), 0)
-
-        # Every secret has the same length, so the length tells an attacker nothing.
-        same_length = tf.equal(tf.strings.length(secret), run_secret.LENGTH)
-        return tf.cond(same_length, same_bytes, lambda: tf.constant(False))
-
-    def _refuse(self, reason, answer):
-        """Counts a refusal for `reason` (a `REFUSAL_REASONS` index) and returns `answer`."""
-        one = tf.one_hot(reason, len(REFUSAL_REASONS), dtype=tf.int64)
-        counted = self._refusals.assign_add(one)
-        with tf.control_dependencies([counted]):
-            return tf.nest.map_structure(tf.identity, answer)
-
-    def _owns(self, actor_task):
-        return tf.logical_and(
-            actor_task >= 0, tf.equal(actor_task % self._num_learners, self._learner_index)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix="learner-rpc"),
+            handlers=[_Methods(self._authenticator, handlers)],
+            maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
+            options=[
+                # The largest request is a full `Enqueue` chunk: gRPC refuses larger ones
+                # (RESOURCE_EXHAUSTED) before any of it reaches this process's Python.
+                ("grpc.max_receive_message_length", self.spec.max_enqueue_bytes),
+                ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+                # gRPC lets a second server share a port (SO_REUSEPORT) by default: refuse that.
+                ("grpc.so_reuseport", 0),
+            ],
         )
+        if tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            from impala import run_tls
 
-    def _hello(self, secret, actor_identity, actor_task):
-        """Returns '' if the actor may connect, else the reason it may not."""
-        return tf.cond(
-            self._authorized(secret),
-            lambda: self._welcome(actor_identity, actor_task),
-            lambda: self._refuse(_WRONG_SECRET, tf.constant(_UNAUTHORIZED_HELLO)),
-        )
+            bound = server.add_secure_port(address, run_tls.server_credentials(tls))
+        if not bound:
+            raise ValueError(f"cannot listen at {address}")
+        server.start()
+        return server
 
-    def _welcome(self, actor_identity, actor_task):
-        answer = self._welcome_answer(actor_identity, actor_task)
+    def _count(self, reason: int) -> None:
+        with self._lock:
+            self._refusals[reason] += 1
 
-        def count():
-            task = tf.cast(actor_task, tf.int64)
-            welcomes = self._welcomes.lookup(task) + 1
-            with tf.control_dependencies([self._welcomes.insert(task, welcomes)]):
-                return tf.identity(answer)
+    def _count_wrong_secret(self) -> None:
+        self._count(_WRONG_SECRET)
 
-        return tf.cond(tf.equal(answer, ""), count, lambda: answer)
+    def _owns(self, actor_task: int) -> bool:
+        return actor_task >= 0 and actor_task % self._num_learners == self._learner_index
 
-    def _welcome_answer(self, actor_identity, actor_task):
-        owner = actor_task % self._num_learners
-        wrong_learner = tf.strings.format(
-            "actor task {} belongs to learner {} (task mod {} learners), not to learner {}",
-            (actor_task, owner, self._num_learners, self._learner_index),
-        )
-        mismatch = tf.where(
-            tf.equal(actor_identity, self._identity), "", "MISMATCH:" + self._identity
-        )
-        return tf.where(self._owns(actor_task), mismatch, wrong_learner)
+    # ---- Methods: run on the server's threads, after the secret was checked --------------------
 
-    def _room(self, secret, actor_task):
-        """Whether actor `actor_task` may send a chunk now: ACCEPTED, QUEUE_FULL or FINISHED
-        (UNAUTHORIZED, and nothing else, to a caller without the secret).
+    def _hello(self, request: bytes, context) -> bytes:
+        """'' if the actor may connect, else the reason it may not."""
+        actor_task, identity = wire.decode_hello(request)
+        if not self._owns(actor_task):
+            owner = actor_task % self._num_learners
+            return (
+                f"actor task {actor_task} belongs to learner {owner} (task mod "
+                f"{self._num_learners} learners), not to learner {self._learner_index}"
+            ).encode()
+        if identity is None or run_identity.encode(identity) != self._identity:
+            return ("MISMATCH:" + self._identity).encode()
+        with self._lock:
+            if actor_task not in self._welcomes and len(self._welcomes) >= MAX_ACTOR_TASKS:
+                return f"this learner serves {MAX_ACTOR_TASKS} actor tasks already".encode()
+            self._welcomes[actor_task] = self._welcomes.get(actor_task, 0) + 1
+        return b""
+
+    def _room(self, request: bytes, context) -> bytes:
+        """Whether the actor may send a chunk now: ACCEPTED, QUEUE_FULL or FINISHED.
 
         Actors ask before sending an unroll: sent to a full store, its megabytes would travel
-        and be decoded and checked only to be refused. Room goes to the actor that began
-        waiting first among those still asking: answered by who asks first, an actor that asks
-        less often (it pauses longer after a long wait) lost most races, waited longer still,
-        and sent unrolls that sat acting-to-learning for many batches.
+        and be checked only to be refused. Room goes to the actor that began waiting first
+        among those still asking: answered by who asks first, an actor that asks less often (it
+        pauses longer after a long wait) lost most races, waited longer still, and sent unrolls
+        that sat acting-to-learning for many batches.
         """
+        (actor_task,) = wire.unpack_exact(wire.TASK, request, "Room")
+        if self._finished:
+            return STATUS.pack(FINISHED)
+        # An actor of another learner takes no place in line: refused at `Enqueue`.
+        served = self._serve_in_line(actor_task) if self._owns(actor_task) else self._has_room()
+        return STATUS.pack(ACCEPTED if served else QUEUE_FULL)
 
-        def status():
-            served = tf.cond(
-                self._owns(actor_task),
-                lambda: self._serve_in_line(actor_task),
-                self._store.has_room,  # an actor of another learner: refused at `enqueue`
-            )
-            return tf.where(self._finished, FINISHED, tf.where(served, ACCEPTED, QUEUE_FULL))
-
-        return tf.cond(
-            self._authorized(secret),
-            status,
-            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
-        )
-
-    def _serve_in_line(self, actor_task):
+    def _serve_in_line(self, actor_task: int) -> bool:
         """Records that `actor_task` asks for room; whether the store has room and no actor
-        still asking has waited longer."""
-        task = tf.cast(actor_task, tf.int64)
-        now = tf.timestamp()
-        asked = tf.reshape(self._room_asks.lookup(task), [2])
-        began, last_asked = asked[0], asked[1]
-        began = tf.where(last_asked < now - ROOM_ASKING_SECS, now, began)
-        with tf.control_dependencies([self._room_asks.insert(task, tf.stack([began, now]))]):
-            _, asks = self._room_asks.export()
-        asks = tf.reshape(asks, [-1, 2])
-        asking = asks[:, 1] >= now - ROOM_ASKING_SECS
-        first = began <= tf.reduce_min(tf.where(asking, asks[:, 0], np.inf))
+        still asking has waited longer.
 
-        # Served, the actor keeps its place until its unroll arrives (`_enqueue` ends its wait)
-        # or it stops asking: another actor given the same room in between would send its
-        # megabytes only to meet a full store, or take the room from the actor that waited.
-        return tf.logical_and(first, self._store.has_room())
+        Served, the actor keeps its place until its unroll arrives (`_enqueue` ends its wait)
+        or it stops asking: another actor given the same room in between would send its
+        megabytes only to meet a full store, or take the room from the actor that waited.
+        """
+        now = time.monotonic()
+        with self._lock:
+            began, last_asked = self._room_asks.get(actor_task, (-np.inf, -np.inf))
+            if last_asked < now - ROOM_ASKING_SECS:
+                began = now
+            self._room_asks = {
+                task: asked
+                for task, asked in self._room_asks.items()
+                if asked[1] >= now - ROOM_ASKING_SECS
+            }
+            if actor_task in self._welcomes or len(self._room_asks) < MAX_ACTOR_TASKS:
+                self._room_asks[actor_task] = (began, now)
+            first = began <= min(asked[0] for asked in self._room_asks.values())
+        return first and self._has_room()
 
-    def _enqueue(self, secret, actor_task, weight_version, *fields):
-        """Queues `n` trajectories; `fields` are the `Steps` fields then the core state."""
-        steps, agent_state = _split_steps(fields)
+    def _has_room(self) -> bool:
+        return bool(self._store.has_room())
 
-        def checked():
-            problem = self._trajectory_problem(actor_task, weight_version, steps, agent_state)
-            return tf.cond(
-                problem >= 0,
-                lambda: self._refuse(problem, tf.constant(REFUSED)),
-                lambda: self._queue(actor_task, weight_version, steps, agent_state),
-            )
-
-        def known():
-            # Only from a task of ours that said hello to this learner: after a restart within
-            # a call's deadline the RPC layer reconnects an actor on its own, unchecked by this
-            # learner. Asked before the other checks, so that such an actor hears of a changed
-            # spec from the hello it is sent back to (not as one refused chunk after another).
-            task = tf.cast(actor_task, tf.int64)
-            welcomed = self._welcomes.lookup(task) > 0
-            # Whatever the answer, this actor no longer waits for room (see `_serve_in_line`).
-            with tf.control_dependencies([self._room_asks.remove(tf.reshape(task, [1]))]):
-                return tf.cond(
-                    self._owns(actor_task) & tf.logical_not(welcomed),
-                    lambda: tf.constant(UNKNOWN_ACTOR),
-                    checked,
-                )
-
-        return tf.cond(
-            self._authorized(secret),
-            known,
-            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
+    def _enqueue(self, request: bytes, context) -> bytes:
+        """Queues the trajectories of one chunk (`wire.py` has the layout)."""
+        actor_task, weight_version, _ = wire.enqueue_header(request)
+        if self._owns(actor_task):
+            with self._lock:
+                welcomed = actor_task in self._welcomes
+                # Whatever the answer, this actor no longer waits for room.
+                self._room_asks.pop(actor_task, None)
+            if not welcomed:
+                # Only from a task of ours that said hello to this learner: after a restart
+                # gRPC reconnects an actor on its own, unchecked by this learner. Asked before
+                # the other checks, so that such an actor hears of a changed spec from the
+                # hello it is sent back to (not as one refused chunk after another).
+                return STATUS.pack(UNKNOWN_ACTOR)
+        if self._finished:
+            return STATUS.pack(FINISHED)
+        # Never block a server thread on a full store: it refuses the chunk, read no further
+        # than its header, and the actor asks for room again.
+        if not self._has_room():
+            return STATUS.pack(QUEUE_FULL)
+        try:
+            if not self._owns(actor_task):
+                raise _RefusedError(_NOT_OUR_TASK)
+            try:
+                steps, agent_state = wire.decode_enqueue(self.spec, request)
+            except ProtocolError:
+                raise _RefusedError(_MALFORMED) from None
+            self._check_trajectories(weight_version, steps, agent_state)
+        except _RefusedError as refused:
+            self._count(refused.reason)
+            return STATUS.pack(REFUSED)
+        count = steps.prev_action.shape[1]
+        steps = steps._replace(done=steps.done.view(bool))
+        admitted = self._admit(
+            np.full([count], actor_task, np.int32),
+            np.full([count], weight_version, np.int64),
+            *steps,
+            *agent_state,
         )
+        if not bool(admitted):
+            return STATUS.pack(QUEUE_FULL)
+        with self._lock:
+            self._received += count
+        return STATUS.pack(ACCEPTED)
 
-    def _trajectory_problem(self, actor_task, weight_version, steps, agent_state):
-        """The index of the first reason to refuse these trajectories, or -1 if they are sound.
+    def _check_trajectories(self, weight_version: int, steps: Steps, agent_state) -> None:
+        """Raises `_RefusedError` with the first reason to refuse these trajectories.
 
-        The RPC layer has checked dtypes and the shapes the signature fixes; this checks what it
-        cannot: that this learner owns the actor, that every field holds the same trajectories,
-        the observations' size, the actions' range, finite numbers and a weight version.
+        The layout fixed their shapes; this checks what it cannot: the actions' range, `done`
+        flags that are booleans, finite numbers within the bounds the loss needs
+        (`impala/trajectory.py` says why each) and a weight version.
         """
         spec = self.spec
-        count = tf.shape(steps.prev_action)[1]
-        same_count = [tf.equal(tf.shape(f)[1], count) for f in steps if f is not steps.observation]
-        same_count += [tf.equal(tf.shape(s)[0], count) for s in agent_state]
-        observation_bytes = (
-            (spec.unroll_length + 1)
-            * tf.cast(count, tf.int64)
-            * int(np.prod(spec.observation_shape, dtype=np.int64))
-            * np.dtype(spec.observation_dtype).itemsize
-        )
-        sent_bytes = tf.cast(tf.strings.length(steps.observation), tf.int64)
-        well_formed = tf.reduce_all([*same_count, tf.equal(sent_bytes, observation_bytes)])
+        for actions in (steps.action, steps.prev_action):
+            if actions.size and (actions.min() < 0 or actions.max() >= spec.num_actions):
+                raise _RefusedError(_ACTION_OUT_OF_RANGE)
+        if steps.done.size and steps.done.max() > 1:
+            raise _RefusedError(_MALFORMED)
+        bounded = [(steps.reward, MAX_ABS_REWARD), (steps.policy_logits, MAX_ABS_POLICY_LOGIT)]
+        bounded += [(s, MAX_ABS_CORE_STATE) for s in agent_state if s.dtype.kind == "f"]
+        if spec.observation_dtype.startswith("float"):
+            bounded.append((steps.observation, np.inf))
+        for values, bound in bounded:
+            if not np.isfinite(values).all():
+                raise _RefusedError(_NON_FINITE)
+            if values.size and np.abs(values).max() > bound:
+                raise _RefusedError(_OUT_OF_BOUNDS)
+        if weight_version < 0:
+            raise _RefusedError(_NEGATIVE_VERSION)
 
-        def in_range(actions):
-            return tf.reduce_all((actions >= 0) & (actions < spec.num_actions))
-
-        floats = [steps.reward, steps.policy_logits] + [
-            s for s in agent_state if s.dtype.is_floating
-        ]
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(f)) for f in floats])
-        checks = [
-            (self._owns(actor_task), _NOT_OUR_TASK),
-            (well_formed, _MALFORMED),
-            (in_range(steps.action) & in_range(steps.prev_action), _ACTION_OUT_OF_RANGE),
-            (finite, _NON_FINITE),
-            (weight_version >= 0, _NEGATIVE_VERSION),
-        ]
-        problem = tf.constant(-1)
-        for passed, reason in reversed(checks):  # so that the first failing check is reported
-            problem = tf.where(passed, problem, reason)
-        return problem
-
-    def _queue(self, actor_task, weight_version, steps, agent_state):
-        spec = self.spec
-        count = tf.shape(steps.prev_action)[1]
-
-        def accepted():
-            self._received.assign_add(tf.cast(count, tf.int64))
-            return tf.constant(ACCEPTED)
-
-        def admit():
-            # Observations arrive as one raw byte string (see the package docstring), decoded
-            # only for a store with room: a chunk that met a full store costs no more here.
-            observation = tf.reshape(
-                tf.io.decode_raw(steps.observation, tf.as_dtype(spec.observation_dtype)),
-                tf.concat([[spec.unroll_length + 1, count], spec.observation_shape], axis=0),
-            )
-            components = [
-                tf.fill([count], actor_task),
-                tf.fill([count], weight_version),
-                *map(_swap_leading_axes, steps._replace(observation=observation)),
-                *agent_state,
-            ]
-            admitted = self._store.admit(components)
-            return tf.cond(admitted, accepted, lambda: tf.constant(QUEUE_FULL))
-
-        # Never block a server thread on a full store: it refuses the chunk, and the actor asks
-        # for room again (backpressure without RPCs that outlive a learner).
-        def unless_full():
-            return tf.cond(self._store.has_room(), admit, lambda: tf.constant(QUEUE_FULL))
-
-        return tf.cond(self._finished, lambda: tf.constant(FINISHED), unless_full)
-
-    def _report_episodes(
-        self, secret, actor_task, episode_return, episode_steps, episode_frames, start_frames
-    ):
-        count = tf.shape(episode_return)[0]
-
-        def record():
-            self._episodes.enqueue_many(
-                [
-                    tf.fill([count], actor_task),
-                    episode_return,
-                    episode_steps,
-                    episode_frames,
-                    start_frames,
-                ]
-            )
-            return tf.constant(ACCEPTED)
-
-        def checked():
-            well_formed = (
-                tf.equal(tf.shape(episode_steps)[0], count)
-                & tf.equal(tf.shape(episode_frames)[0], count)
-                & tf.equal(tf.shape(start_frames)[0], count)
-                & tf.reduce_all(episode_steps >= 0)
-                & tf.reduce_all(episode_frames >= 0)
-                & tf.reduce_all(start_frames >= -1)
-            )
-            problem = tf.where(well_formed, -1, _MALFORMED)
-            finite = tf.reduce_all(tf.math.is_finite(episode_return))
-            problem = tf.where(finite, problem, _NON_FINITE)
-            problem = tf.where(self._owns(actor_task), problem, _NOT_OUR_TASK)
-            return tf.cond(
-                problem >= 0, lambda: self._refuse(problem, tf.constant(REFUSED)), record
-            )
-
-        return tf.cond(
-            self._authorized(secret),
-            checked,
-            lambda: self._refuse(_WRONG_SECRET, tf.constant(UNAUTHORIZED)),
+    def _admit_chunk(self, actor_task, weight_version, *fields):
+        steps = Steps(*fields[: len(Steps._fields)])
+        agent_state = list(fields[len(Steps._fields) :])
+        return self._store.admit(
+            [actor_task, weight_version, *map(_swap_leading_axes, steps), *agent_state]
         )
 
-    def _weights_version(self, secret):
-        def version():
-            return tf.where(
-                self._finished, tf.constant(_FINISHED_VERSION, tf.int64), self._version.read_value()
-            )
+    def _report_episodes(self, request: bytes, context) -> bytes:
+        """Records finished episodes' returns, agent steps, frames and start frames."""
+        if self._finished:
+            return STATUS.pack(FINISHED)
+        try:
+            try:
+                actor_task, fields = wire.decode_episodes(request)
+            except ProtocolError:
+                raise _RefusedError(_MALFORMED) from None
+            if not self._owns(actor_task):
+                raise _RefusedError(_NOT_OUR_TASK)
+            returns, steps, frames, start_frames = fields
+            if (steps < 0).any() or (frames < 0).any() or (start_frames < -1).any():
+                raise _RefusedError(_MALFORMED)
+            if not np.isfinite(returns).all():
+                raise _RefusedError(_NON_FINITE)
+            if np.abs(returns).max() > MAX_ABS_EPISODE_RETURN:
+                raise _RefusedError(_OUT_OF_BOUNDS)
+            count = len(returns)
+            with self._lock:
+                if self._waiting_episodes + count > MAX_WAITING_EPISODES:
+                    raise _RefusedError(_TOO_MANY_EPISODES)
+                if not self._episode_tokens.take(count):
+                    raise _RefusedError(_TOO_MANY_EPISODES)
+                task = np.full(count, actor_task, np.int32)
+                self._episodes.append((task, returns, steps, frames, start_frames))
+                self._waiting_episodes += count
+        except _RefusedError as refused:
+            self._count(refused.reason)
+            return STATUS.pack(REFUSED)
+        return STATUS.pack(ACCEPTED)
 
-        refused = tf.constant(_UNAUTHORIZED_VERSION, tf.int64)
-        return tf.cond(
-            self._authorized(secret), version, lambda: self._refuse(_WRONG_SECRET, refused)
-        )
+    def _weights_version(self, request: bytes, context) -> bytes:
+        if request:
+            raise ProtocolError(f"WeightsVersion of {len(request)} bytes")
+        return self._weights_reply[: VERSION.size] if not self._finished else _FINISHED_REPLY
 
-    def _weights_chunk(self, secret, offset, length):
-        """Returns (version, snapshot bytes, snapshot[offset:offset + length]) from one read."""
-
-        def refuse(reason):
-            answer = (tf.constant(_UNAUTHORIZED_VERSION, tf.int64), tf.constant(0, tf.int64), "")
-            return lambda: self._refuse(reason, answer)
-
-        def checked():
-            sound = (offset >= 0) & (length >= 0)
-            return tf.cond(sound, lambda: self._chunk(offset, length), refuse(_MALFORMED))
-
-        return tf.cond(self._authorized(secret), checked, refuse(_WRONG_SECRET))
-
-    def _chunk(self, offset, length):
-        snapshot = self._snapshot.read_value()
-        version = tf.strings.to_number(tf.strings.substr(snapshot, 0, _VERSION_DIGITS), tf.int64)
-        body_size = tf.cast(tf.strings.length(snapshot), tf.int64) - _VERSION_DIGITS
-        return version, body_size, tf.strings.substr(snapshot, _VERSION_DIGITS + offset, length)
-
-    # ---- Learner-side functions ---------------------------------------------------------------
-
-    @tf.function(input_signature=[tf.TensorSpec([], tf.int64)])
-    def _publish(self, version):
-        flat = tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in self._variables], 0)
-        # The version travels inside the snapshot so that every chunk says which one it is from.
-        header = tf.strings.as_string(version, width=_VERSION_DIGITS, fill="0")
-        stored = self._snapshot.assign(header + tf.io.serialize_tensor(flat))
-        # TensorFlow orders assignments to one variable only: without this, actors could see
-        # the new version before the snapshot it names exists.
-        with tf.control_dependencies([stored]):
-            self._version.assign(version)
+    def _weights(self, request: bytes, context) -> bytes:
+        """The version, and the weights unless the caller holds that version or it is < 0."""
+        (held,) = wire.unpack_exact(VERSION, request, "Weights")
+        if self._finished:
+            return _FINISHED_REPLY
+        reply = self._weights_reply  # one read: the version and the weights it names
+        (version,) = VERSION.unpack_from(reply)
+        return reply[: VERSION.size] if version in (held, NO_WEIGHTS_VERSION) else reply
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
     def _dequeue(self, batch_size):
         actor_task, weight_version, *fields = self._store.take(batch_size)
-        steps, agent_state = _split_steps(fields)
+        steps = Steps(*fields[: len(Steps._fields)])
         return QueuedTrajectories(
             actor_task,
             weight_version,
-            agent_state=agent_state,
+            agent_state=list(fields[len(Steps._fields) :]),
             steps=Steps(*map(_swap_leading_axes, steps)),
         )
+
+
+class _Methods(grpc.GenericRpcHandler):
+    """Finds a call's handler once its secret passed; a call without it gets one that ends it
+    UNAUTHENTICATED without reading its request, whatever method it names."""
+
+    def __init__(self, authenticator: _Authenticator, behaviours: dict):
+        self._authenticator = authenticator
+        self._handlers = {
+            path: grpc.unary_unary_rpc_method_handler(_answering(behaviour))
+            for path, behaviour in behaviours.items()
+        }
+
+    def service(self, handler_call_details):
+        if not self._authenticator.admits(handler_call_details.invocation_metadata):
+            return self._authenticator.refusal
+        # None: gRPC answers UNIMPLEMENTED (to a caller with the secret only).
+        return self._handlers.get(handler_call_details.method)
+
+
+def _answering(behaviour):
+    """`behaviour`, with a request that breaks its layout ended INVALID_ARGUMENT."""
+
+    def answer(request: bytes, context) -> bytes:
+        try:
+            return behaviour(request, context)
+        except ProtocolError as error:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
+
+    return answer
+
+
+class _Authenticator:
+    """Checks the run secret in a call's metadata, before any handler runs or reads a byte.
+
+    A call is admitted only if its metadata holds the key `wire.SECRET_KEY` exactly once, with
+    the secret as its value, compared in time independent of where they differ. Refusals are
+    counted, by host too, and logged one by one up to `LOGGED_REFUSALS_PER_MINUTE` a host, then
+    summed up once a minute: a stranger calling in a loop cannot fill the learner's log.
+    """
+
+    def __init__(self, secret: str, count):
+        self._secret = secret.encode()
+        self._count = count
+        self._lock = threading.Lock()
+        self._by_host: collections.Counter[str] = collections.Counter()
+        self._logged: dict[str, tuple[float, int]] = {}
+        # A stream handler, so that gRPC does not wait for (or keep) the request to run it.
+        self.refusal = grpc.stream_unary_rpc_method_handler(self._refuse)
+
+    def admits(self, metadata) -> bool:
+        given = [value for key, value in metadata or () if key == wire.SECRET_KEY]
+        if len(given) != 1 or not isinstance(given[0], str):
+            return False
+        try:
+            value = given[0].encode("ascii")
+        except UnicodeEncodeError:
+            return False
+        return hmac.compare_digest(value, self._secret)
+
+    def by_host(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._by_host)
+
+    def _refuse(self, request_iterator, context):
+        self._count()
+        host = _host_of(context.peer())
+        now = time.monotonic()
+        with self._lock:
+            self._by_host[host] += 1
+            if len(self._by_host) > MAX_ACTOR_TASKS:  # a bound, should hosts be spoofed
+                self._by_host = collections.Counter(dict(self._by_host.most_common(1024)))
+            since, logged = self._logged.get(host, (now, 0))
+            if now - since > 60:
+                if logged > LOGGED_REFUSALS_PER_MINUTE:
+                    _log.warning(
+                        "refused %d calls without the run secret from %s in the last minute",
+                        logged,
+                        host,
+                    )
+                since, logged = now, 0
+            self._logged[host] = (since, logged + 1)
+        if logged < LOGGED_REFUSALS_PER_MINUTE:
+            _log.warning("refused a call without the run secret from %s", host)
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "run secret refused")
+
+
+class _TokenBucket:
+    """Allows `rate` units a second, in bursts of up to `burst`."""
+
+    def __init__(self, rate: float, burst: float):
+        self._rate, self._burst = rate, burst
+        self._tokens, self._when = burst, time.monotonic()
+
+    def take(self, units: float) -> bool:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._when) * self._rate)
+        self._when = now
+        if units > self._tokens:
+            return False
+        self._tokens -= units
+        return True
+
+
+def _host_of(peer: str) -> str:
+    """'ipv4:10.0.0.2:5000' -> 'ipv4:10.0.0.2'; '[...]' IPv6 likewise."""
+    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
+
+
+def _chunk_signature(spec: UnrollSpec) -> list[tf.TensorSpec]:
+    """The arguments of `_admit_chunk`: the actor task and weight version of each of `n`
+    trajectories, the `Steps` fields [T + 1, n, ...], the core state [n, ...]."""
+    _, _, *steps_and_state = spec.queue_specs()
+    num_steps = len(Steps._fields)
+    return [
+        tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([None], tf.int64),
+        *(
+            tf.TensorSpec([s.shape[0], None, *s.shape[1:]], s.dtype)
+            for s in steps_and_state[:num_steps]
+        ),
+        *(tf.TensorSpec([None, *s.shape], s.dtype) for s in steps_and_state[num_steps:]),
+    ]
+
+
+@tf.function
+def _flat_weights(variables):
+    return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in variables], 0)
+
+
+def _swap_leading_axes(tensor: tf.Tensor) -> tf.Tensor:
+    """[T, B, ...] <-> [B, T, ...]."""
+    return tf.transpose(tensor, [1, 0, *range(2, len(tensor.shape))])
 
 
 def check_listening_address(address: str) -> None:
     """Raises a one-line error unless a server can listen at `address` ("host:port") now.
 
-    gRPC's own bind failures go unreported (it logs them and serves nothing), and it lets a
-    second server share a port (SO_REUSEPORT): so binding is tried here first, without sharing.
+    gRPC's own bind failures say little, and by default it lets a second server share a port
+    (SO_REUSEPORT): so binding is tried here first, without sharing.
     """
     host, port = configs.parse_address(address, "learner address")
     try:
@@ -556,6 +671,7 @@ def check_listening_address(address: str) -> None:
         )
 
 
+_FINISHED_REPLY = VERSION.pack(FINISHED_VERSION)
 _EMPTY_EPISODES = (
     np.zeros([0], np.int32),
     np.zeros([0], np.float32),

@@ -1,6 +1,7 @@
-"""Actor <-> learner transport over TensorFlow's gRPC: unrolls, weights, episodes, handshake, close.
+"""Actor <-> learner transport over gRPC: unrolls, weights, episodes, handshake, close.
 
 Server and clients live in this process and talk over real gRPC on the loopback interface.
+Attacks on a learner process are in tests/e2e/test_attacks.py.
 """
 
 import contextlib
@@ -9,13 +10,14 @@ import socket
 import threading
 import time
 import types
-import weakref
+from concurrent import futures
 
+import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from impala import run_identity
+from impala import run_tls
 from impala.learner.store import FifoStore
 from impala.trajectory import Steps, Unroll
 from impala.transport import (
@@ -24,7 +26,6 @@ from impala.transport import (
     QUEUE_FULL,
     REFUSAL_REASONS,
     REFUSED,
-    UNAUTHORIZED,
     UNKNOWN_ACTOR,
     ActorClient,
     AuthenticationError,
@@ -33,11 +34,11 @@ from impala.transport import (
     LearnerService,
     LearnerUnreachableError,
     MismatchError,
+    ProtocolError,
     UnrollSpec,
+    wire,
 )
 from impala.transport.server import ROOM_ASKING_SECS, check_listening_address
-
-_rpc = tf.distribute.experimental.rpc
 
 IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent": "ResNetLSTMAgent", "unroll_length": 4}
 SECRET = "5e" * 32  # a run secret: 64 hexadecimal digits
@@ -175,6 +176,7 @@ def make_service():
     yield make
     for service in services:
         service.close()
+        service.stop()
 
 
 def _client(address, spec, actor_task=0, variables=(), identity=IDENTITY, secret=SECRET):
@@ -210,7 +212,8 @@ def test_small_atari_unroll_round_trips_bit_exact(make_service, num_envs):
 
 def test_unroll_larger_than_a_message_is_sent_in_chunks(make_service):
     spec = _lstm_spec()
-    per_chunk = MAX_MESSAGE_BYTES // spec.trajectory_bytes
+    per_chunk = spec.chunk_trajectories
+    assert per_chunk == MAX_MESSAGE_BYTES // spec.trajectory_bytes
     num_envs = 2 * per_chunk + 3  # three chunks, the last one partial
     assert num_envs * spec.trajectory_bytes > 2 * MAX_MESSAGE_BYTES
     service, address = make_service(spec, queue_capacity=num_envs)
@@ -248,7 +251,7 @@ def test_feed_forward_agent_without_core_state(make_service):
 
 
 def test_many_small_trajectories_whose_other_fields_exceed_a_message(make_service):
-    # Vector observations are tiny, but the core states alone are well over gRPC's 4 MiB: the
+    # Vector observations are tiny, but the core states alone are well over a message: the
     # chunks must be sized on every field, not on observations alone.
     spec = UnrollSpec(
         unroll_length=20,
@@ -260,7 +263,8 @@ def test_many_small_trajectories_whose_other_fields_exceed_a_message(make_servic
     )
     num_envs = 2500
     state_bytes = num_envs * 2 * 256 * 4
-    assert state_bytes > 4 << 20 and num_envs * spec.trajectory_bytes < MAX_MESSAGE_BYTES
+    observation_bytes = num_envs * (spec.unroll_length + 1) * 4 * 4
+    assert state_bytes > 4 << 20 and observation_bytes < MAX_MESSAGE_BYTES
     service, address = make_service(spec, queue_capacity=num_envs)
     unroll = _unroll(spec, num_envs, np.random.default_rng(3))
     _client(address, spec).send(unroll)
@@ -299,15 +303,17 @@ def test_dequeued_trajectories_carry_actor_task_and_weight_version(make_service)
     }
 
 
-def test_learner_errors_other_than_closing_raise_the_matching_tf_error(make_service):
+def test_a_request_that_breaks_its_layout_is_a_protocol_error_and_the_learner_goes_on(
+    make_service,
+):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec, [tf.Variable(np.zeros(3, np.float32))])
     service.publish_weights(0)
     client = _client(address, spec)
-    # A chunk beyond the end of the weights' snapshot: the learner's substr fails.
-    beyond = (tf.constant(10**9, tf.int64), tf.constant(10, tf.int64))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="weights_chunk"):
-        client._call("weights_chunk", *beyond)
+    with pytest.raises(ProtocolError, match=r"Weights on learner .*INVALID_ARGUMENT"):
+        client._call("Weights", b"\0" * 9)  # a version is 8 bytes
+    with pytest.raises(ProtocolError, match=r"Room on learner .*INVALID_ARGUMENT"):
+        client._call("Room", b"")
 
     good = _unroll(spec, 2, np.random.default_rng(5))
     client.send(good)
@@ -371,6 +377,7 @@ def _full_counting_service(seed):
         yield service, store, client, rng
     finally:
         service.close()
+        service.stop()
 
 
 def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
@@ -394,8 +401,8 @@ def test_a_chunk_that_meets_a_full_store_is_refused_before_it_is_decoded():
     # Two actors told there is room may both send: the chunks that find the queue filled by
     # the other's are answered QUEUE_FULL without being decoded and offered to the store.
     with _full_counting_service(22) as (service, store, client, rng):
-        chunk = client._chunk_args(_unroll(service.spec, 2, rng), slice(0, 2))
-        assert int(client._call("enqueue", *chunk)) == QUEUE_FULL
+        chunk = client._chunk(_unroll(service.spec, 2, rng), slice(0, 2))
+        assert _status(client._call("Enqueue", chunk)) == QUEUE_FULL
         assert int(store.offered) == 1
         assert service.queue_size == 2
 
@@ -429,8 +436,13 @@ def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
     assert service.queue_size == 2
 
 
-def _ask_room(client):
-    return int(client._call("room", tf.constant(client._task, tf.int32)))
+def _status(reply: bytes) -> int:
+    return wire.STATUS.unpack(reply)[0]
+
+
+def _ask_room(client, task=None):
+    task = client._task if task is None else task
+    return _status(client._call("Room", wire.TASK.pack(task)))
 
 
 def _two_actors_at_a_full_queue(make_service, seed):
@@ -485,13 +497,12 @@ def test_a_task_this_learner_does_not_serve_takes_no_place_in_line(make_service)
     # `room` carries the caller's task: a negative one (or another learner's) is answered
     # whether the store has room, as before, and never holds up this learner's actors.
     service, _, first, second = _two_actors_at_a_full_queue(make_service, 35)
-    bogus = tf.constant(-5, tf.int32)
-    assert int(first._call("room", bogus)) == QUEUE_FULL
+    assert _ask_room(first, -5) == QUEUE_FULL
     time.sleep(0.05)
     assert _ask_room(second) == QUEUE_FULL
     service.dequeue(2)
     assert _ask_room(second) == ACCEPTED
-    assert int(first._call("room", bogus)) == ACCEPTED
+    assert _ask_room(first, -5) == ACCEPTED
 
 
 def test_an_actor_that_has_waited_long_keeps_its_place_in_line(make_service):
@@ -545,21 +556,18 @@ def test_actors_sending_in_turn_are_served_evenly(make_service):
 
 
 def test_an_actor_refuses_a_learner_that_lacks_a_method():
-    # A learner of other code (one without `room`, say) is named at connecting, not met with
-    # a KeyError at the first unroll.
+    # A learner of other code (one without `Hello`, say) is named at connecting, not met with
+    # an unexplained error.
     address = _free_address()
-    server = _rpc.Server.create("grpc", address)
-    server.register(
-        "hello",
-        tf.function(
-            lambda secret, identity, task: tf.constant(""),
-            input_signature=[tf.TensorSpec([], tf.string)] * 2 + [tf.TensorSpec([], tf.int32)],
-        ),
-    )
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    server.add_insecure_port(address)
     server.start()
-    spec = _lstm_spec()
-    with pytest.raises(MismatchError, match=f"learner at {address} does not serve enqueue, "):
-        _client(address, spec)
+    try:
+        spec = _lstm_spec()
+        with pytest.raises(MismatchError, match=f"learner at {address} does not serve Hello"):
+            _client(address, spec)
+    finally:
+        server.stop(None)
 
 
 def test_a_queue_of_one_batch_fills_whatever_the_chunk_sizes(make_service):
@@ -662,6 +670,7 @@ def test_the_service_keeps_trajectories_in_the_store_it_is_given():
         _assert_same_trajectories(service.dequeue(2), unroll)
     finally:
         service.close()
+        service.stop()
 
 
 # ---- Unreachable learner --------------------------------------------------------------------
@@ -681,10 +690,7 @@ def test_calls_to_a_learner_that_is_gone_raise_unreachable():
     address = _free_address()
     service = LearnerService(address, spec, IDENTITY, [], 0, 1, 8, secret=SECRET)
     client = ActorClient(address, 0, spec, IDENTITY, [], timeout_secs=1.0, secret=SECRET)
-    gone = weakref.ref(service)
-    del service
-    gc.collect()  # the server stops when the service is collected
-    assert gone() is None
+    service.stop()
     with pytest.raises(LearnerUnreachableError):
         client.send(_unroll(spec, 1, np.random.default_rng(15)))
 
@@ -705,7 +711,7 @@ def test_an_actor_whose_learner_restarted_connects_again_before_it_sends():
         again.send(_unroll(spec, 1, rng))
         assert restarted.queue_size == 1 and restarted.connections == {0: 1}
     finally:
-        restarted.close()
+        restarted.stop()
 
 
 def test_an_actor_whose_learner_came_back_with_another_spec_hears_what_differs():
@@ -723,7 +729,7 @@ def test_an_actor_whose_learner_came_back_with_another_spec_hears_what_differs()
         with pytest.raises(MismatchError, match="level_name"):
             _client(address, spec, actor_task=0)
     finally:
-        restarted.close()
+        restarted.stop()
 
 
 def _restarted_learner(spec, new_spec, new_identity, rng):
@@ -733,10 +739,7 @@ def _restarted_learner(spec, new_spec, new_identity, rng):
     client = _client(address, spec, actor_task=0)
     client.send(_unroll(spec, 1, rng))
     assert service.queue_size == 1
-    gone = weakref.ref(service)
-    del service
-    gc.collect()  # the server stops when the service is collected
-    assert gone() is None
+    service.stop()
     restarted = LearnerService(address, new_spec, new_identity, [], 0, 1, 8, secret=SECRET)
     return client, restarted, address
 
@@ -750,7 +753,7 @@ def _weights(rng, shapes):
 
 def test_fetch_weights_returns_each_published_version_once(make_service):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    # The first variable alone needs two chunks of snapshot.
+    # The first variable alone is larger than an unroll's chunk.
     shapes = [(1100, 800), (7,), (), (3, 1, 2)]
     assert MAX_MESSAGE_BYTES < 1100 * 800 * 4
     rng = np.random.default_rng(9)
@@ -885,9 +888,26 @@ def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
 # ---- The run secret -------------------------------------------------------------------------
 
 
-def _raw_client(address):
-    """An RPC client of our own, as anyone who reaches the port could make one."""
-    return _rpc.Client.create("grpc", address, name=f"stranger_{time.monotonic_ns()}")
+def _raw_call(address, method, request, secret=SECRET):
+    """A call of our own, as anyone who reaches the port could make one: the reply, or the
+    gRPC status it ended with."""
+    with grpc.insecure_channel(address) as channel:
+        call = channel.unary_unary(wire.method_path(method))
+        metadata = () if secret is None else ((wire.SECRET_KEY, secret),)
+        try:
+            return call(request, metadata=metadata, timeout=CLIENT_TIMEOUT_SECS)
+        except grpc.RpcError as error:
+            return error.code()
+
+
+def _chunk(unroll, task=0, envs=slice(None)):
+    """An `Enqueue` request for `unroll`'s trajectories `envs`, from actor `task`."""
+    return wire.encode_enqueue(
+        task,
+        unroll.weight_version,
+        Steps(*(field[:, envs] for field in unroll.steps)),
+        [state[envs] for state in unroll.agent_state],
+    )
 
 
 def _refused(service, reason):
@@ -906,6 +926,7 @@ def test_a_client_without_the_run_secret_is_refused_on_connecting(make_service, 
         _client(address, spec, secret=secret)
     assert _refused(service, "wrong secret") == 1
     assert sum(service.refusals.values()) == 1
+    assert service.connections == {}
 
 
 def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
@@ -914,47 +935,37 @@ def test_without_the_secret_no_method_gives_weights_or_takes_data(make_service):
     variables = [tf.Variable(np.arange(6, dtype=np.float32))]
     service, address = make_service(spec, variables)
     service.publish_weights(7)
-    stranger = _raw_client(address)
-    wrong = tf.constant("0" * 64)
-
-    version = stranger.weights_version(wrong).get_value()
-    assert int(version) == -3  # neither the version nor "finished"
-    chunk_version, size, chunk = stranger.weights_chunk(
-        wrong, tf.constant(0, tf.int64), tf.constant(MAX_MESSAGE_BYTES, tf.int64)
-    ).get_value()
-    assert (int(chunk_version), int(size), chunk.numpy()) == (-3, 0, b"")
-
     unroll = _unroll(spec, 2, np.random.default_rng(20))
-    args = ActorClient._chunk_args(types.SimpleNamespace(_task=0), unroll, slice(0, 2))
-    assert int(stranger.enqueue(wrong, *args).get_value()) == UNAUTHORIZED
+    episode = wire.encode_episodes(0, [21.0], [10], [40], [3])
+    hello = wire.encode_hello(0, IDENTITY)
+    calls = [
+        ("WeightsVersion", b""),
+        ("Weights", wire.VERSION.pack(-1)),
+        ("Enqueue", _chunk(unroll)),
+        ("ReportEpisodes", episode),
+        ("Hello", hello),
+        ("Room", wire.TASK.pack(0)),
+        ("NoSuchMethod", b""),  # not even whether a method exists
+    ]
+    for secret in (None, "0" * 64):
+        for method, request in calls:
+            assert _raw_call(address, method, request, secret) == grpc.StatusCode.UNAUTHENTICATED
     assert service.queue_size == 0 and service.trajectories_received == 0
-
-    episode = (
-        tf.constant(0, tf.int32),
-        tf.constant([21.0]),
-        tf.constant([10], tf.int64),
-        tf.constant([40], tf.int64),
-        tf.constant([3], tf.int64),
-    )
-    assert int(stranger.report_episodes(wrong, *episode).get_value()) == UNAUTHORIZED
     assert len(service.pop_episodes().episode_return) == 0
-
-    hello = stranger.hello(wrong, tf.constant("{}"), tf.constant(0, tf.int32)).get_value()
-    assert hello.numpy() == b"UNAUTHORIZED"
-    task = tf.constant(0, tf.int32)
-    assert int(stranger.room(wrong, task).get_value()) == UNAUTHORIZED  # not even whether full
-    assert _refused(service, "wrong secret") == 6
+    assert service.connections == {}
+    assert _refused(service, "wrong secret") == 2 * len(calls)
+    assert sum(service.refusing_hosts.values()) == 2 * len(calls)
 
     # The same calls with the secret work: the refusals were about the secret alone. (Its
     # trajectories once it has said hello, as every actor does before it sends any.)
-    right = tf.constant(SECRET)
-    assert int(stranger.weights_version(right).get_value()) == 7
-    assert int(stranger.room(right, task).get_value()) == ACCEPTED
-    assert int(stranger.enqueue(right, *args).get_value()) == UNKNOWN_ACTOR
-    identity = tf.constant(run_identity.encode(IDENTITY))
-    assert stranger.hello(right, identity, tf.constant(0, tf.int32)).get_value().numpy() == b""
-    assert int(stranger.enqueue(right, *args).get_value()) == ACCEPTED
-    assert int(stranger.report_episodes(right, *episode).get_value()) == ACCEPTED
+    assert _raw_call(address, "WeightsVersion", b"") == wire.VERSION.pack(7)
+    assert len(_raw_call(address, "Weights", wire.VERSION.pack(-1))) == 8 + 6 * 4
+    assert _status(_raw_call(address, "Room", wire.TASK.pack(0))) == ACCEPTED
+    assert _status(_raw_call(address, "Enqueue", _chunk(unroll))) == UNKNOWN_ACTOR
+    assert _raw_call(address, "Hello", hello) == b""
+    assert _status(_raw_call(address, "Enqueue", _chunk(unroll))) == ACCEPTED
+    assert _status(_raw_call(address, "ReportEpisodes", episode)) == ACCEPTED
+    assert _raw_call(address, "NoSuchMethod", b"") == grpc.StatusCode.UNIMPLEMENTED
     assert service.queue_size == 2
     assert service.pop_episodes().episode_return.tolist() == [21.0]
 
@@ -1019,19 +1030,12 @@ def test_bad_trajectories_are_refused_counted_and_the_learner_goes_on(make_servi
 def test_trajectories_and_episodes_of_another_learners_actor_are_refused(make_service):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec, learner_index=1, num_learners=2)
-    insider = _raw_client(address)  # knows the secret, lies about its task
+    # An insider: knows the secret, lies about its task.
     unroll = _unroll(spec, 1, np.random.default_rng(22))
     for task in (0, 2, -1):
-        args = ActorClient._chunk_args(types.SimpleNamespace(_task=task), unroll, slice(0, 1))
-        assert int(insider.enqueue(tf.constant(SECRET), *args).get_value()) == REFUSED
-        episode = (
-            tf.constant(task, tf.int32),
-            tf.constant([1.0]),
-            tf.constant([1], tf.int64),
-            tf.constant([4], tf.int64),
-            tf.constant([1], tf.int64),
-        )
-        assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
+        assert _status(_raw_call(address, "Enqueue", _chunk(unroll, task))) == REFUSED
+        episode = wire.encode_episodes(task, [1.0], [1], [4], [1])
+        assert _status(_raw_call(address, "ReportEpisodes", episode)) == REFUSED
     assert service.refusals["actor task not this learner's"] == 6
     assert service.queue_size == 0 and len(service.pop_episodes().episode_return) == 0
 
@@ -1051,15 +1055,8 @@ def test_trajectories_and_episodes_of_another_learners_actor_are_refused(make_se
 def test_bad_episode_reports_are_refused(make_service, returns, steps, frames, starts, reason):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec)
-    insider = _raw_client(address)
-    episode = (
-        tf.constant(0, tf.int32),
-        tf.constant(returns, tf.float32),
-        tf.constant(steps, tf.int64),
-        tf.constant(frames, tf.int64),
-        tf.constant(starts, tf.int64),
-    )
-    assert int(insider.report_episodes(tf.constant(SECRET), *episode).get_value()) == REFUSED
+    episode = wire.encode_episodes(0, returns, steps, frames, starts)
+    assert _status(_raw_call(address, "ReportEpisodes", episode)) == REFUSED
     assert service.refusals[reason] == 1
     assert len(service.pop_episodes().episode_return) == 0
 
@@ -1114,3 +1111,35 @@ def test_the_learner_counts_each_actors_connections(make_service):
     with pytest.raises(AuthenticationError):
         _client(address, spec, actor_task=3, secret="0" * 64)  # a stranger: not counted
     assert service.connections == {1: 3, 3: 1}
+
+
+# ---- TLS ------------------------------------------------------------------------------------
+
+
+def test_over_tls_an_actor_with_the_runs_bundle_sends_and_fetches(tmp_path):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    material = run_tls.create(str(tmp_path / "tls.pem"))
+    other_run = run_tls.create(str(tmp_path / "other.pem"))
+    variables = [tf.Variable(np.arange(4, dtype=np.float32))]
+    address = _free_address()
+    service = LearnerService(
+        address, spec, IDENTITY, variables, 0, 1, 8, secret=SECRET, tls=material
+    )
+    try:
+        service.publish_weights(2)
+        client = ActorClient(
+            address, 0, spec, IDENTITY, variables, timeout_secs=5.0, secret=SECRET, tls=material
+        )
+        unroll = _unroll(spec, 2, np.random.default_rng(40))
+        client.send(unroll)
+        _assert_same_trajectories(service.dequeue(2), unroll)
+        assert client.fetch_weights()[1] == 2
+        # Plain TCP to a learner serving TLS, and another run's certificate: no learner there.
+        for tls, hint in [(None, "answers only actors given it too"), (other_run, "over TLS")]:
+            with pytest.raises(LearnerUnreachableError, match=hint):
+                ActorClient(
+                    address, 0, spec, IDENTITY, variables, timeout_secs=1.0, secret=SECRET, tls=tls
+                )
+        assert service.connections == {0: 1}
+    finally:
+        service.stop()
