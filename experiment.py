@@ -134,6 +134,7 @@ def learner_job_config_from_flags():
         logdir=FLAGS.logdir,
         experiment=FLAGS.experiment,
         secret_file=FLAGS.secret_file,
+        transport_tls=FLAGS.transport_tls,
         flag_values=flag_values(),
         save_every_secs=FLAGS.save_every_secs,
         keep_checkpoints=FLAGS.keep_checkpoints,
@@ -194,6 +195,7 @@ def actor_job_config_from_flags():
         seed=FLAGS.seed,
         connect_timeout_secs=FLAGS.connect_timeout_secs,
         secret_file=actor_secret_file(),
+        transport_tls=FLAGS.transport_tls,
     )
 
 

@@ -21,7 +21,7 @@ import sys
 from absl import app, flags
 
 from impala import flags as impala_flags
-from impala import run_folder, run_secret
+from impala import run_folder, run_secret, run_tls
 from impala.launch import hosts, planning, workers_csv
 
 FLAGS = flags.FLAGS
@@ -112,6 +112,15 @@ def local_secret(run_name: str) -> str:
     return secret
 
 
+def local_tls(run_name: str) -> str:
+    """The run's TLS bundle (--transport_tls), kept beside its secret on this machine (made on
+    the first start with the flag): the frontend copies it wherever it copies the secret."""
+    path = run_tls.path_in(run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name))
+    material, created = run_tls.ensure(path)
+    print(f"run TLS bundle {'created in' if created else 'from'} {path}")
+    return material.pem()
+
+
 def containers_from_flags() -> planning.Containers | None:
     """The containers every process runs in (--docker_image), or None for bare processes."""
     if not FLAGS.docker_image:
@@ -132,6 +141,8 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
         print(f"# {plan.host} ({how}), tmux session {plan.session}{where}")
         for path in plan.secret_paths:
             print(f"write {path}: the run secret (owner-only; not shown)")
+        for path in plan.tls_paths:
+            print(f"write {path}: the run's TLS bundle (owner-only; not shown)")
         for path, name in plan.key_files:
             print(f"write {path}: {planning.MPI_SSH_FILES[name]} (owner-only; made at start)")
         for path, content in plan.files:
@@ -184,6 +195,7 @@ def main(argv: list[str]) -> int:
                 FLAGS.max_actor_restarts, FLAGS.max_learner_restarts, FLAGS.restart_max_delay_secs
             ),
             containers=containers_from_flags(),
+            tls=bool(given.get("transport_tls")),
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
@@ -201,13 +213,14 @@ def main(argv: list[str]) -> int:
         ssh = hosts.SshOptions(FLAGS.accept_unknown_host_keys, FLAGS.known_hosts)
         if FLAGS.action == "start":
             secret = local_secret(run_name)
+            tls_bundle = local_tls(run_name) if any(plan.tls_paths for plan in plans) else ""
             keys = None
             if any(plan.key_files for plan in plans):
                 local_run = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
                 keys = hosts.run_ssh_keys(os.path.join(local_run, planning.MPI_SSH_DIR))
-            return hosts.start_run(plans, ssh, secret, keys)
+            return hosts.start_run(plans, ssh, secret, keys, tls_bundle)
         return {"status": hosts.print_status, "stop": hosts.stop_run}[FLAGS.action](plans, ssh)
-    except (hosts.HostError, run_secret.SecretError) as error:
+    except (hosts.HostError, run_secret.SecretError, run_tls.TlsError) as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
         return 1
 

@@ -78,6 +78,16 @@ flags.DEFINE_string(
     "creates if it is missing; actors need --experiment for that default.",
 )
 flags.DEFINE_bool(
+    "transport_tls",
+    False,
+    "Encrypt the traffic between actors and learners with mutual TLS: each side accepts only a "
+    "peer that holds the run's TLS bundle, `tls.pem` beside the run secret (owner-only; a "
+    "certificate authority of the run's own, whose key is not kept: see `python -m "
+    "impala.run_tls`). The launchers make it and copy it with the secret; the learner makes it "
+    "if it is missing. Every process of a run needs the same setting. Off: the calls travel in "
+    "the clear, the run secret authenticating each.",
+)
+flags.DEFINE_bool(
     "summary_histograms", False, "Also write histograms of the weights to TensorBoard."
 )
 flags.DEFINE_float("save_every_secs", 600.0, "Rank 0 writes a checkpoint this often.")

@@ -3,6 +3,7 @@
   <logdir>/<experiment>/
     flags.json                 every experiment.py flag of the latest start (rank 0)
     secret                     the run secret (owner-only; `run_secret.py`)
+    tls.pem                    with --transport_tls: the run's TLS bundle (owner-only; `run_tls.py`)
     events.out.tfevents.*      TensorBoard summaries (rank 0), one file per start
     checkpoints/               rank 0's checkpoints (`checkpoints.py`)
     learner_<rank>.json        each learner's closing summary

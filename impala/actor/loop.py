@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from impala import build, run_secret, transport
+from impala import build, run_secret, run_tls, transport
 from impala.actor.actor import Actor
 from impala.configs import check_actor_job_flags, check_learner_hosts, check_playing_flags
 
@@ -32,6 +32,8 @@ class ActorJobConfig:
       threads: TensorFlow's threads inside one op (intra-op) in this process.
       connect_timeout_secs: how long to wait for the learner to come up.
       secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
+      transport_tls: connect over mutual TLS with the run's TLS bundle (`impala/run_tls.py`),
+        the `tls.pem` beside `secret_file`, a copy of the learner's.
       repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
       frame_skip: Atari's frame skip (0: 4); the learner compares it, as frames per step.
       frame_pooling: the frame an Atari step shows ("max" or "last"); the learner compares it.
@@ -51,6 +53,7 @@ class ActorJobConfig:
     seed: int = 0
     connect_timeout_secs: float = 600.0
     secret_file: str = ""
+    transport_tls: bool = False
 
     def __post_init__(self):
         if self.task < 0:
@@ -78,6 +81,7 @@ class ActorJobConfig:
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
     """Acts until the learner finishes. Returns the number of unrolls sent."""
     secret = _read_secret(config, report)  # before anything slow: a bad file fails fast
+    tls = _read_tls(config, report) if config.transport_tls else None
     # Before TensorFlow runs anything: its thread pools are made once, at its first op.
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
@@ -98,7 +102,9 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
         counts = _Counts()
         try:
             while True:
-                client = _connect(config, spec, identity, list(agent.variables), secret, report)
+                client = _connect(
+                    config, spec, identity, list(agent.variables), secret, tls, report
+                )
                 try:
                     _act(client, actor, counts, config, report)
                 except transport.LearnerUnreachableError as error:
@@ -106,6 +112,8 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
                     # already (LearnerRestartedError): reconnect, so that it checks this actor,
                     # keeping the environments and the recurrent state as they are.
                     report(f"actor {config.task}: {error}; reconnecting")
+                finally:
+                    client.close()
         except transport.LearnerFinishedError:
             report(
                 f"actor {config.task}: learner finished after {counts.unrolls} unrolls "
@@ -133,7 +141,7 @@ def derived_seeds(seed: int, task: int, num_envs: int) -> tuple[int, int]:
 
 # How long one attempt to reach the learner may block.
 _CONNECT_ATTEMPT_SECS = 3.0
-# While waiting for the learner or the run secret, say so at most this often.
+# While waiting for the learner or the run's files, say so at most this often.
 _WAIT_REPORT_SECS = 30.0
 
 
@@ -212,7 +220,7 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             counts.first_unroll_cpu = time.process_time()
 
 
-def _connect(config, spec, identity, variables, secret, report) -> transport.ActorClient:
+def _connect(config, spec, identity, variables, secret, tls, report) -> transport.ActorClient:
     """Connects to the learner, retrying while it starts up."""
     deadline = time.monotonic() + config.connect_timeout_secs
     next_report = time.monotonic()
@@ -229,6 +237,7 @@ def _connect(config, spec, identity, variables, secret, report) -> transport.Act
                 variables,
                 connect_timeout_secs=min(_CONNECT_ATTEMPT_SECS, max(1.0, remaining)),
                 secret=secret,
+                tls=tls,
             )
         except transport.LearnerUnreachableError as error:
             if time.monotonic() >= deadline:
@@ -243,18 +252,29 @@ def _connect(config, spec, identity, variables, secret, report) -> transport.Act
 
 
 def _read_secret(config: ActorJobConfig, report) -> str:
-    """The run secret; a missing file is waited for as the learner is (the learner may be
-    creating it), anything else wrong with it is an error at once."""
+    """The run secret (see `_wait_for_file`)."""
+    return _wait_for_file(config, config.secret_file, run_secret.load, "the run secret", report)
+
+
+def _read_tls(config: ActorJobConfig, report) -> run_tls.Material:
+    """The run's TLS bundle, beside the run secret (see `_wait_for_file`)."""
+    path = run_tls.beside(config.secret_file)
+    return _wait_for_file(config, path, run_tls.load, "the run's TLS bundle", report)
+
+
+def _wait_for_file(config: ActorJobConfig, path: str, load, what: str, report):
+    """`load(path)`; a missing file is waited for as the learner is (the learner may be
+    creating it), anything else wrong with it is an error at once (`load`'s)."""
     deadline = time.monotonic() + config.connect_timeout_secs
     next_report = time.monotonic()
     while True:
         try:
-            return run_secret.load(config.secret_file)
-        except run_secret.SecretError:
-            if os.path.lexists(config.secret_file) or time.monotonic() >= deadline:
+            return load(path)
+        except (run_secret.SecretError, run_tls.TlsError):
+            if os.path.lexists(path) or time.monotonic() >= deadline:
                 raise
         if time.monotonic() >= next_report:
-            report(f"actor {config.task}: waiting for the run secret at {config.secret_file}")
+            report(f"actor {config.task}: waiting for {what} at {path}")
             next_report = time.monotonic() + _WAIT_REPORT_SECS
         time.sleep(1.0)
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import libtmux
 import paramiko
 
-from impala import run_secret
+from impala import run_secret, run_tls
 from impala.launch import planning
 from impala.launch.planning import fail_with
 from impala.launch.tmux import (
@@ -66,6 +66,10 @@ class Host:
 
     def write_secret(self, path: str, secret: str) -> None:
         """Writes the run secret to `path`, readable by its owner only from its first byte."""
+        raise NotImplementedError
+
+    def write_tls(self, path: str, bundle: str) -> None:
+        """Writes the run's TLS bundle (`run_tls.Material.pem`) to `path`, as the secret."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -117,6 +121,18 @@ class LocalHost(Host):
         try:
             run_secret.write(path, secret)
         except run_secret.SecretError as error:
+            raise HostError(f"{self.name}: {error}") from None
+
+    def write_tls(self, path: str, bundle: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            if run_tls.load(path).pem() == bundle:
+                return  # this machine's own copy, the one the frontend made
+        except run_tls.TlsError:
+            pass
+        try:
+            run_tls.write(path, bundle)
+        except run_tls.TlsError as error:
             raise HostError(f"{self.name}: {error}") from None
 
 
@@ -200,6 +216,9 @@ class SshHost(Host):
     def write_secret(self, path: str, secret: str) -> None:
         self.write_file(path, secret + "\n", owner_only=True)
 
+    def write_tls(self, path: str, bundle: str) -> None:
+        self.write_file(path, bundle, owner_only=True)
+
     def close(self) -> None:
         self._client.close()
 
@@ -243,12 +262,16 @@ def start_run(
     ssh: SshOptions,
     secret: str,
     ssh_keys: RunSshKeys | None = None,
+    tls_bundle: str = "",
 ) -> int:
     """Checks every host, then starts every window; on any failure, stops what it started.
 
-    Each host gets the run `secret` in its run folders (`HostPlan.secret_paths`) first, and
-    the run's SSH keys it needs (`HostPlan.key_files`, from `ssh_keys`).
+    Each host gets the run `secret` in its run folders (`HostPlan.secret_paths`) first, the
+    run's TLS bundle beside it (`HostPlan.tls_paths`, from `tls_bundle`) and the run's SSH keys
+    it needs (`HostPlan.key_files`, from `ssh_keys`).
     """
+    if any(plan.tls_paths for plan in plans) and not tls_bundle:
+        raise HostError("the run needs its TLS bundle (--transport_tls)")
     key_contents = _key_contents(plans, ssh_keys)
     connected = _connect_all(plans, ssh)
     started: list[tuple[Host, planning.HostPlan]] = []
@@ -258,6 +281,8 @@ def start_run(
         for host, plan in zip(connected, plans, strict=True):
             for path in plan.secret_paths:
                 host.write_secret(path, secret)
+            for path in plan.tls_paths:
+                host.write_tls(path, tls_bundle)
             for path, name in plan.key_files:
                 host.write_file(path, key_contents[name], owner_only=True)
             for path, content in plan.files:

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from impala import flags as impala_flags
-from impala import run_folder, run_secret
+from impala import run_folder, run_secret, run_tls
 from impala.launch import workers_csv
 from impala.launch.workers_csv import Worker
 
@@ -158,6 +158,8 @@ class HostPlan:
       files: files to write on the host before starting (path -> content).
       secret_paths: where the run secret goes on the host (owner-only): the run folder of each
         workdir its processes run in, where they read it by default.
+      tls_paths: where the run's TLS bundle goes on the host (owner-only; --transport_tls
+        only): beside each of `secret_paths`, where the processes look for it.
       containers: the image its processes run in, if they run in containers.
       key_files: (path, name in `MPI_SSH_FILES`): the run's SSH keys the host gets (owner-only),
         for mpirun between learner containers on several hosts.
@@ -170,6 +172,7 @@ class HostPlan:
     windows: tuple[Window, ...]
     files: tuple[tuple[str, str], ...] = ()
     secret_paths: tuple[str, ...] = ()
+    tls_paths: tuple[str, ...] = ()
     containers: Containers | None = None
     key_files: tuple[tuple[str, str], ...] = ()
 
@@ -326,6 +329,7 @@ def plan_run(
     known_hosts: str = "~/.ssh/known_hosts",
     restarts: Restarts = Restarts(),
     containers: Containers | None = None,
+    tls: bool = False,
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -341,6 +345,10 @@ def plan_run(
     at the same path inside as on the host. Every other learner host then runs an SSH server in
     a container (window `sshd`), through which that mpirun starts its ranks there, with the
     run's own keys (`key_files`).
+
+    Each host gets the run secret in the run folder of each of its workdirs (`secret_paths`),
+    and with `tls` (--transport_tls, among `flags`) the run's TLS bundle beside it
+    (`tls_paths`).
 
     Raises:
       ValueError: something of the run that cannot be planned (see the messages).
@@ -471,16 +479,18 @@ def plan_run(
             session=session_name(run_name, host),
             windows=tuple(host_windows),
             files=tuple(files.get(host, ())),
-            secret_paths=tuple(
-                dict.fromkeys(
-                    posixpath.join(w.workdir, log_dir, run_secret.FILE_NAME) for w in by_host[host]
-                )
-            ),
+            secret_paths=_in_run_folders(by_host[host], log_dir, run_secret.FILE_NAME),
+            tls_paths=_in_run_folders(by_host[host], log_dir, run_tls.FILE_NAME) if tls else (),
             containers=containers,
             key_files=tuple(key_files.get(host, ())),
         )
         for host, host_windows in windows.items()
     ]
+
+
+def _in_run_folders(workers: Sequence[Worker], log_dir: str, name: str) -> tuple[str, ...]:
+    """The file `name` in the run folder of each workdir of `workers`, each once."""
+    return tuple(dict.fromkeys(posixpath.join(w.workdir, log_dir, name) for w in workers))
 
 
 def _container_run_folder(worker: Worker, logdir: str, run_name: str) -> list[str]:

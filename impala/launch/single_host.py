@@ -26,11 +26,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from absl import app, flags
 
 from impala import flags as impala_flags
-from impala import run_folder, run_secret
+from impala import run_folder, run_secret, run_tls
 from impala.launch import planning
 
 FLAGS = flags.FLAGS
@@ -412,6 +413,19 @@ def check_launcher_flags(num_learners: int, num_actors: int) -> None:
         )
 
 
+def make_run_files(run_dir: str, given: Mapping[str, object]) -> None:
+    """The run secret in `run_dir`, and with --transport_tls among the flags `given` the run's
+    TLS bundle beside it: made before any process starts (and kept when there), so that every
+    process reads them from the run folder.
+
+    Raises:
+      SecretError, TlsError: a file there that cannot be used, or cannot be written.
+    """
+    run_secret.ensure(run_secret.path_in(run_dir))
+    if given.get("transport_tls"):
+        run_tls.ensure(run_tls.path_in(run_dir))
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -440,9 +454,8 @@ def main(argv: list[str]) -> int:
         return 2
     os.makedirs(run_dir, exist_ok=True)
     try:
-        # Made before any process starts; every process reads it from the run folder.
-        run_secret.ensure(run_secret.path_in(run_dir))
-    except run_secret.SecretError as error:
+        make_run_files(run_dir, given)
+    except (run_secret.SecretError, run_tls.TlsError) as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     try:

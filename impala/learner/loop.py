@@ -9,6 +9,8 @@ budget is global: all learners count the frames of all learners, so they stop at
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -20,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import networks
-from impala import build, run_folder, transport
+from impala import build, run_folder, run_secret, run_tls, transport
 from impala.configs import (
     LearnerConfig,
     check_learner_hosts,
@@ -48,6 +50,8 @@ class LearnerJobConfig:
       experiment: the run folder's name; '' lets rank 0 name it after the level and the time.
       secret_file: the run secret every actor's call must carry (`impala/run_secret.py`);
         '' is the run folder's `secret`, which rank 0 creates if it is missing.
+      transport_tls: serve over mutual TLS with the run's TLS bundle (`impala/run_tls.py`),
+        the `tls.pem` beside the secret file, which rank 0 creates if it is missing.
       flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
       summary_histograms: also write histograms of the weights to TensorBoard.
       save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
@@ -72,6 +76,7 @@ class LearnerJobConfig:
     logdir: str = ""
     experiment: str = ""
     secret_file: str = ""
+    transport_tls: bool = False
     flag_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     summary_histograms: bool = False
     log_every_secs: float = 5.0
@@ -184,6 +189,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
     )
     secret = saving.load_run_secret(config.secret_file, run_dir, topology, chief_report)
+    tls = _load_run_tls(config, run_dir, topology, chief_report) if config.transport_tls else None
     checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
     resumed_from = (
         checkpointer.restore_latest(chief_report) if checkpointer and topology.is_chief else None
@@ -209,6 +215,7 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         num_learners=topology.size,
         queue_capacity=config.queue_capacity or config.learner.batch_size,
         secret=secret,
+        tls=tls,
     )
     counters = _Counters()
     start_frames = 0
@@ -286,6 +293,8 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
         "refused_calls": service.refusals,
+        # Calls refused for the secret, by the caller's host ("ipv4:10.0.0.7").
+        "refusing_hosts": service.refusing_hosts,
         "stopped_early": not progress.done,
     }
     saving.write_summary(run_dir, topology.rank, summary)
@@ -294,6 +303,33 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     # exits with an error status, which a stopped learner does.
     allreduce.wait_for_learners("exit")
     return summary
+
+
+def _load_run_tls(config: LearnerJobConfig, run_dir: str, topology, report) -> run_tls.Material:
+    """The run's TLS bundle, beside the run secret (`saving.load_run_secret`), as that is
+    found: rank 0 creates it if it is missing, the other learners read it after that (on their
+    host), and all check that they hold rank 0's.
+
+    Raises:
+      ValueError: a bundle is missing, unusable (`run_tls.load`) or differs from rank 0's.
+    """
+    path = run_tls.beside(config.secret_file or run_secret.path_in(run_dir))
+    material, created = run_tls.ensure(path) if topology.is_chief else (None, False)
+    allreduce.wait_for_learners("tls_written")
+    if not topology.is_chief:
+        material = run_tls.load(path)
+    # Horovod: only a digest of the run's authority travels between learners.
+    digest = hashlib.sha256(material.ca).hexdigest()
+    if not hmac.compare_digest(digest, allreduce.broadcast_object_from_chief(digest)):
+        raise run_tls.TlsError(
+            f"{path}: learner {topology.rank} holds another TLS bundle than learner 0; "
+            "copy learner 0's file to every learner host"
+        )
+    report(
+        f"TLS bundle {'created in' if created else 'read from'} {path} (owner-only); actors "
+        "read it beside their --secret_file"
+    )
+    return material
 
 
 def _steady_rate(counters: _Counters, frames: int) -> float | None:

@@ -48,6 +48,13 @@ def _roles(*argv):
         )
 
 
+def test_transport_tls_reaches_the_learners_and_the_actors():
+    actor, learner, *_ = _roles("--transport_tls")
+    assert actor.transport_tls and learner.transport_tls
+    actor, learner, *_ = _roles()
+    assert not (actor.transport_tls or learner.transport_tls)  # off by default
+
+
 def test_the_frame_skip_reaches_every_role_and_the_evaluation():
     assert [config.frame_skip for config in _roles("--frame_skip=3")] == [3, 3, 3, 3]
 

@@ -1,6 +1,7 @@
 """The actor's unrolls: overlap by one step, episode resets, carried core state, weight versions."""
 
 import itertools
+import os
 import re
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import networks
-from impala import envs, run_secret
+from impala import envs, run_secret, run_tls
 from impala.actor import loop as actor_loop
 from impala.actor.actor import Actor
 
@@ -171,6 +172,31 @@ def test_an_actor_waiting_for_the_run_secret_says_so_once_then_every_30_s(tmp_pa
     reports = []
     assert actor_loop._read_secret(config, reports.append) == run_secret.load(path)
     assert reports == [f"actor 2: waiting for the run secret at {path}"] * 3  # at 0, 30, 60 s
+
+
+def test_an_actor_waits_for_the_tls_bundle_beside_its_secret_but_not_for_a_bad_one(
+    tmp_path, monkeypatch
+):
+    clock = _FakeTime()
+    monkeypatch.setattr(actor_loop, "time", clock)
+    path = str(tmp_path / run_tls.FILE_NAME)
+    clock.at(35.0, lambda: run_tls.create(path))  # the learner writes it after 35 s
+    config = actor_loop.ActorJobConfig(
+        level_name=envs.COUNTER_LEVEL,
+        agent_name="MLPAgent",
+        task=2,
+        learner_hosts=("localhost:1",),
+        secret_file=str(tmp_path / "secret"),
+        transport_tls=True,
+    )
+    reports = []
+    assert actor_loop._read_tls(config, reports.append) == run_tls.load(path)
+    assert reports == [f"actor 2: waiting for the run's TLS bundle at {path}"] * 2  # at 0, 30 s
+    os.chmod(path, 0o644)
+    started = clock.now
+    with pytest.raises(run_tls.TlsError, match="open to other users"):
+        actor_loop._read_tls(config, reports.append)
+    assert clock.now == started
 
 
 @pytest.mark.parametrize(

@@ -179,6 +179,37 @@ def test_every_host_gets_the_run_secret_in_each_run_folder_its_processes_read(tm
     assert [p.secret_paths for p in absolute] == [("/data/impala/cluster/secret",)] * 2
     # No process is told where it is: each reads its run folder's (--logdir, --experiment).
     assert not any("secret" in w.command for p in (n1, n2) for w in p.windows)
+    assert n1.tls_paths == n2.tls_paths == ()  # without --transport_tls
+
+
+def test_with_transport_tls_every_host_gets_the_runs_bundle_beside_each_secret(tmp_path):
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV.replace("actor,n1,,22,alice,,,/w,", "actor,n1,,22,alice,,,/w2,"))
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    n1, n2 = planning.plan_run(workers, ["--transport_tls=true"], "cluster", tls=True)
+    assert n1.tls_paths == ("/w/runs/cluster/tls.pem", "/w2/runs/cluster/tls.pem")
+    assert n2.tls_paths == ("/w/runs/cluster/tls.pem",)
+    # Each process finds it beside its secret: no window names it.
+    assert not any("tls.pem" in w.command for p in (n1, n2) for w in p.windows)
+
+
+def test_the_dry_run_says_where_the_tls_bundle_goes_and_makes_none(tmp_path):
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        "--transport_tls",
+        "--dry_run",
+    )
+    assert completed.returncode == 0, completed.stderr
+    run_dir = tmp_path / "local_workers_example"
+    assert [line for line in completed.stdout.splitlines() if line.startswith("write ")] == [
+        f"write {run_dir}/secret: the run secret (owner-only; not shown)",
+        f"write {run_dir}/tls.pem: the run's TLS bundle (owner-only; not shown)",
+    ]
+    windows = [line for line in completed.stdout.splitlines() if line.startswith("window ")]
+    assert len(windows) == 3 and all("--transport_tls=true" in line for line in windows)
+    assert not run_dir.exists()
 
 
 def test_session_names_are_per_run_and_host():

@@ -11,7 +11,7 @@ import pytest
 from absl.testing import flagsaver
 
 from impala import flags as impala_flags
-from impala import run_folder
+from impala import run_folder, run_secret, run_tls
 from impala.launch import planning, single_host
 from tests.helpers import run_without_ml_stack
 
@@ -250,6 +250,26 @@ def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopp
     role = single_host._Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
     assert not role.schedule_restart(code) and role.given_up
     assert single_host._Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
+
+
+def test_run_local_makes_the_tls_bundle_beside_the_secret_only_with_transport_tls(tmp_path):
+    plain, tls = tmp_path / "plain", tmp_path / "tls"
+    plain.mkdir()
+    tls.mkdir()
+    single_host.make_run_files(str(plain), {"batch_size": 16})
+    assert sorted(os.listdir(plain)) == [run_secret.FILE_NAME]
+    single_host.make_run_files(str(tls), {"transport_tls": True})
+    assert sorted(os.listdir(tls)) == [run_secret.FILE_NAME, run_tls.FILE_NAME]
+    bundle = run_tls.load(run_tls.path_in(str(tls)))
+    single_host.make_run_files(str(tls), {"transport_tls": True})  # a resumed run keeps its own
+    assert run_tls.load(run_tls.path_in(str(tls))) == bundle
+
+
+def test_a_run_started_with_transport_tls_resumes_with_it(tmp_path):
+    forwarded, *_ = _resume(tmp_path, _saved_flags("--transport_tls"))
+    assert forwarded == {"transport_tls": True}
+    single_host.make_run_files(str(tmp_path), forwarded)
+    run_tls.load(run_tls.path_in(str(tmp_path)))
 
 
 def _saved_flags(*argv):

@@ -9,10 +9,10 @@ import sonnet as snt
 import tensorflow as tf
 
 import networks
-from impala import trajectory
+from impala import run_tls, trajectory
 from impala.configs import LearnerConfig
+from impala.learner import allreduce, loss, optimise
 from impala.learner import loop as learner_loop
-from impala.learner import loss, optimise
 from impala.trajectory import Steps
 
 
@@ -647,3 +647,39 @@ def test_a_learner_builds_its_environment_with_the_frame_pooling():
         assert built.frame_pooling == frame_pooling
     with pytest.raises(ValueError, match=r"^--frame_pooling=last: .*not an Atari id"):
         _learner_environment("CartPole-v1", frame_pooling="last")
+
+
+def _run_tls(tmp_path, monkeypatch, rank, chief_digest=None):
+    """Learner `rank`'s `_load_run_tls` for a run folder in `tmp_path`, learner 0 holding a
+    bundle of this digest of its authority (None: this learner's own)."""
+    monkeypatch.setattr(allreduce, "wait_for_learners", lambda name: None)
+    monkeypatch.setattr(
+        allreduce, "broadcast_object_from_chief", lambda value: chief_digest or value
+    )
+    config = learner_loop.LearnerJobConfig(
+        level_name="CartPole-v1",
+        agent_name="MLPAgent",
+        learner_hosts=("localhost:8001", "localhost:8002"),
+        logdir=str(tmp_path),
+        transport_tls=True,
+    )
+    topology = allreduce.Topology(rank=rank, size=2, local_rank=rank)
+    reports = []
+    material = learner_loop._load_run_tls(config, str(tmp_path), topology, reports.append)
+    return material, reports
+
+
+def test_learner_0_makes_the_tls_bundle_beside_the_secret_and_the_others_read_it(
+    tmp_path, monkeypatch
+):
+    path = run_tls.path_in(str(tmp_path))
+    with pytest.raises(run_tls.TlsError, match="no TLS bundle here"):
+        _run_tls(tmp_path, monkeypatch, rank=1)
+    made, reports = _run_tls(tmp_path, monkeypatch, rank=0)
+    assert reports == [
+        f"TLS bundle created in {path} (owner-only); actors read it beside their --secret_file"
+    ]
+    assert run_tls.load(path) == made
+    assert _run_tls(tmp_path, monkeypatch, rank=1)[0] == made
+    with pytest.raises(run_tls.TlsError, match="learner 1 holds another TLS bundle than learner 0"):
+        _run_tls(tmp_path, monkeypatch, rank=1, chief_digest="0" * 64)

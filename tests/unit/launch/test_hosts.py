@@ -1,0 +1,98 @@
+"""What a start writes on each host before its windows: the run's owner-only files."""
+
+import os
+import stat
+
+import pytest
+
+from impala import run_secret, run_tls
+from impala.launch import hosts, planning, workers_csv
+
+CSV = """job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python
+learner,n1,8001,22,alice,,,/w,
+actor,n2,,22,bob,,,/w,
+actor,n2,,22,bob,,,/w2,
+"""
+
+
+class _RecordingHost(hosts.Host):
+    """A host that records what is written on it and the windows it starts; every other tmux
+    and shell command succeeds (no session of the run exists yet)."""
+
+    def __init__(self, plan):
+        self.name = plan.host
+        self.written = []
+
+    def tmux(self, args):
+        if args[0] in ("new-session", "new-window"):
+            self.written.append((args[args.index("-n") + 1], "window", ""))
+        return (1, "") if args[0] == "has-session" else (0, "")
+
+    def shell(self, command):
+        return 0, ""
+
+    def write_secret(self, path, secret):
+        self.written.append((path, "secret", secret))
+
+    def write_tls(self, path, bundle):
+        self.written.append((path, "tls", bundle))
+
+    def write_file(self, path, content, *, owner_only=False):
+        self.written.append((path, "file", owner_only))
+
+
+def _plans(tmp_path, tls):
+    path = tmp_path / "cluster.csv"
+    path.write_text(CSV)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    return planning.plan_run(workers, [], "cluster", tls=tls)
+
+
+def test_a_start_copies_the_tls_bundle_beside_every_secret_before_any_window(tmp_path, monkeypatch):
+    connected = {}
+
+    def connect(plan, ssh):
+        connected[plan.host] = _RecordingHost(plan)
+        return connected[plan.host]
+
+    monkeypatch.setattr(hosts, "connect", connect)
+    bundle = run_tls.create(str(tmp_path / "tls.pem")).pem()
+    hosts.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32, None, bundle)
+    n1, n2 = connected["n1"], connected["n2"]
+    assert [(path, kind) for path, kind, _ in n1.written] == [
+        ("/w/runs/cluster/secret", "secret"),
+        ("/w/runs/cluster/tls.pem", "tls"),
+        ("learners", "window"),
+    ]
+    assert [(path, kind) for path, kind, _ in n2.written] == [
+        ("/w/runs/cluster/secret", "secret"),
+        ("/w2/runs/cluster/secret", "secret"),
+        ("/w/runs/cluster/tls.pem", "tls"),
+        ("/w2/runs/cluster/tls.pem", "tls"),
+        ("actor_0", "window"),
+        ("actor_1", "window"),
+    ]
+    assert {content for _, kind, content in n1.written + n2.written if kind == "tls"} == {bundle}
+
+
+def test_a_start_that_plans_the_bundle_without_one_to_copy_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(hosts, "connect", lambda plan, ssh: pytest.fail("connected"))
+    with pytest.raises(hosts.HostError, match=r"needs its TLS bundle \(--transport_tls\)"):
+        hosts.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32)
+
+
+def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_path):
+    host = hosts.LocalHost("localhost")
+    made = str(tmp_path / "made" / "tls.pem")
+    os.makedirs(os.path.dirname(made))
+    bundle = run_tls.create(made).pem()
+    before = os.stat(made)
+    host.write_tls(made, bundle)  # the frontend's own file: left as it is
+    assert os.stat(made).st_ino == before.st_ino
+    copy = str(tmp_path / "host" / "runs" / "cluster" / "tls.pem")
+    host.write_tls(copy, run_tls.create(str(tmp_path / "old.pem")).pem())
+    host.write_tls(copy, bundle)
+    assert run_tls.load(copy).pem() == bundle
+    assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
+    with pytest.raises(hosts.HostError, match=r"^localhost: .*refusing to write"):
+        host.write_tls(copy, run_secret.create(str(tmp_path / "secret")))
