@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 import sys
+
+from impala import owner_only
 
 FILE_NAME = "secret"  # in the run folder
 # 32 random bytes, written as 64 hexadecimal digits: every secret has this length.
@@ -68,20 +69,8 @@ def write(path: str, token: str) -> None:
 
 
 def _write(path: str, token: str, overwrite: bool) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        # Owner-only from its first byte: O_EXCL never follows a link someone planted.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, (token + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if overwrite:
-            os.replace(temporary, path)
-        else:
-            os.link(temporary, path)  # fails if `path` exists, whoever made it meanwhile
+        owner_only.write(path, (token + "\n").encode(), overwrite=overwrite)
     except FileExistsError:
         raise SecretError(
             f"{path}: a secret exists already (rotate it with "
@@ -89,9 +78,6 @@ def _write(path: str, token: str, overwrite: bool) -> None:
         ) from None
     except OSError as error:
         raise SecretError(f"{path}: cannot write the run secret: {error.strerror}") from None
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
 
 
 def ensure(path: str) -> tuple[str, bool]:
@@ -112,28 +98,16 @@ def load(path: str) -> str:
         someone else, readable or writable by others (as ssh refuses such keys), or not a secret.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        content = owner_only.read(path, LENGTH + 2)
     except FileNotFoundError:
         raise SecretError(
             f"{path}: no run secret here; the learner's run folder has it (copy it, owner-only), "
             f"or create one with `python -m impala.run_secret new {path}`"
         ) from None
+    except owner_only.UnsafeFileError as error:
+        raise SecretError(f"{path}: the run secret {error}") from None
     except OSError as error:
         raise SecretError(f"{path}: cannot read the run secret: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SecretError(f"{path}: the run secret must be a regular file")
-        if info.st_uid != os.getuid():
-            raise SecretError(f"{path}: the run secret belongs to another user (uid {info.st_uid})")
-        if info.st_mode & 0o077:
-            raise SecretError(
-                f"{path}: the run secret is open to other users (mode "
-                f"{stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
-            )
-        content = os.read(fd, LENGTH + 2)
-    finally:
-        os.close(fd)
     token = content.decode("ascii", errors="replace").strip()
     if len(token) != LENGTH or not set(token) <= _HEX_DIGITS:
         raise SecretError(

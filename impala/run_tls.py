@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import errno
 import os
 import re
 import secrets
-import stat
 import sys
 
 from cryptography import x509
@@ -38,6 +36,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from impala import owner_only
 
 FILE_NAME = "tls.pem"  # beside the run secret
 # The name in the run's certificate. Actors dial learners by address or host name and check
@@ -137,31 +137,17 @@ def load(path: str) -> Material:
         certificate its authority signed.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        content = owner_only.read(path, _MAX_BYTES + 1)
     except FileNotFoundError:
         raise TlsError(
             f"{path}: no TLS bundle here (--transport_tls); the learner's run folder has it, "
             f"beside the run secret (copy it there, owner-only), or create one with "
             f"`python -m impala.run_tls new {path}`"
         ) from None
+    except owner_only.UnsafeFileError as error:
+        raise TlsError(f"{path}: the TLS bundle {error}") from None
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise TlsError(f"{path}: the TLS bundle is a link; put the file itself here") from None
         raise TlsError(f"{path}: cannot read the TLS bundle: {error.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TlsError(f"{path}: the TLS bundle must be a regular file")
-        if info.st_uid != os.getuid():
-            raise TlsError(f"{path}: the TLS bundle belongs to another user (uid {info.st_uid})")
-        if info.st_mode & 0o077:
-            raise TlsError(
-                f"{path}: the TLS bundle is open to other users (mode "
-                f"{stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
-            )
-        content = os.read(fd, _MAX_BYTES + 1)
-    finally:
-        os.close(fd)
     try:
         return _parse(content)
     except TlsError as error:
@@ -321,20 +307,8 @@ def _public_der(public_key) -> bytes:
 
 
 def _write(path: str, text: str, overwrite: bool) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        # Owner-only from its first byte: O_EXCL never follows a link someone planted.
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, text.encode("ascii"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if overwrite:
-            os.replace(temporary, path)
-        else:
-            os.link(temporary, path)  # fails if `path` exists, whoever made it meanwhile
+        owner_only.write(path, text.encode("ascii"), overwrite=overwrite)
     except FileExistsError:
         raise TlsError(
             f"{path}: a TLS bundle exists already (replace it with "
@@ -342,9 +316,6 @@ def _write(path: str, text: str, overwrite: bool) -> None:
         ) from None
     except OSError as error:
         raise TlsError(f"{path}: cannot write the TLS bundle: {error.strerror}") from None
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
 
 
 def main(argv: list[str]) -> int:

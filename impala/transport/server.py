@@ -50,9 +50,9 @@ from impala.transport.wire import (
 ROOM_ASKING_SECS = 1.0
 # Threads that run calls, and calls under way at once (more are answered RESOURCE_EXHAUSTED at
 # once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that calls can
-# hold on a learner are bounded by about 64 x 3 MiB, whatever callers do.
+# hold on a learner are bounded by about 128 x 3 MiB, whatever callers do.
 SERVER_THREADS = 8
-MAX_CONCURRENT_CALLS = 64
+MAX_CONCURRENT_CALLS = 128
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
 # The most actor tasks a learner keeps track of, and episodes waiting for the learner to read

@@ -73,7 +73,7 @@ def test_a_missing_file_a_folder_and_a_link_are_refused(tmp_path):
     target = tmp_path / "target"
     run_secret.create(str(target))
     (tmp_path / "link").symlink_to(target)
-    with pytest.raises(run_secret.SecretError, match="cannot read the run secret"):
+    with pytest.raises(run_secret.SecretError, match="the run secret is a link"):
         run_secret.load(str(tmp_path / "link"))
 
 
