@@ -286,6 +286,10 @@ class LearnerService:
                 ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
                 # gRPC lets a second server share a port (SO_REUSEPORT) by default: refuse that.
                 ("grpc.so_reuseport", 0),
+                # Receive windows that grow by bandwidth probing let each connection make the
+                # learner buffer megabytes of requests it will refuse: a stranger opening many
+                # connections grew it by gigabytes (tests/e2e/test_attacks.py).
+                ("grpc.http2.bdp_probe", 0),
             ],
         )
         if tls is None:
