@@ -135,6 +135,7 @@ def learner_job_config_from_flags():
         experiment=FLAGS.experiment,
         secret_file=FLAGS.secret_file,
         transport_tls=FLAGS.transport_tls,
+        private_files=FLAGS.private_run_files,
         flag_values=flag_values(),
         save_every_secs=FLAGS.save_every_secs,
         keep_checkpoints=FLAGS.keep_checkpoints,
@@ -268,6 +269,9 @@ def main(argv: list[str]) -> int:
     # sharding times and the like) through absl's logger: those are not for users.
     logging.getLogger("absl").setLevel(logging.WARNING)
     signal.signal(signal.SIGTERM, _interrupt)
+    if FLAGS.private_run_files:
+        # Before anything is written: checkpoints, events, summaries, videos.
+        run_folder.keep_private()
     apply_preset()
     try:
         code = run_test() if FLAGS.mode == "test" else ROLES[FLAGS.job_name]()

@@ -161,6 +161,10 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.getLogger("paramiko").setLevel(logging.WARNING)
+    if FLAGS.private_run_files:
+        # The run folder here: its secret, TLS bundle and SSH keys (and the windows' logs on
+        # every host: `planning.plan_run`).
+        run_folder.keep_private()
     if not FLAGS.workers_csv_path:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
         return 2
@@ -196,6 +200,7 @@ def main(argv: list[str]) -> int:
             ),
             containers=containers_from_flags(),
             tls=bool(given.get("transport_tls")),
+            private=FLAGS.private_run_files,
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

@@ -69,6 +69,16 @@ flags.DEFINE_string(
     "Name of the run's folder under --logdir (default: <level_name>-<start time>). Starting "
     "again with the folder of an earlier run resumes it from its latest checkpoint.",
 )
+flags.DEFINE_bool(
+    "private_run_files",
+    True,
+    "Keep the run's files to their owner (folders 0700, files 0600): checkpoints hold the "
+    "weights, logs and TensorBoard events what the run did. Every process of the run, and the "
+    "launchers (run_local.py, the frontend's windows) for the logs, set their umask to 077 (on "
+    "top of the one they were started with), and the learners make the run folder owner-only, "
+    "one made before too. --noprivate_run_files leaves modes to the umask you start with, e.g. "
+    "to share runs with your group. The run secret and TLS bundle are owner-only either way.",
+)
 flags.DEFINE_string(
     "secret_file",
     "",

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from impala.trajectory import MAX_ABS_EPISODE_RETURN
+
 
 class Progress:
     """Tracks frames and finished episodes and formats a progress line.
@@ -38,7 +40,11 @@ class Progress:
         self.frames += frames
 
     def add_episode_returns(self, returns: Iterable[float]) -> None:
+        """Counts finished games; one whose return is not finite or beyond
+        `MAX_ABS_EPISODE_RETURN` is left out, so that no one score swamps the means."""
         for episode_return in returns:
+            if not abs(float(episode_return)) <= MAX_ABS_EPISODE_RETURN:  # NaN too
+                continue
             self._returns.append(float(episode_return))
             self.episodes += 1
             if len(self._returns) == self._returns.maxlen:

@@ -5,7 +5,9 @@
     secret                     the run secret (owner-only; `run_secret.py`)
     tls.pem                    with --transport_tls: the run's TLS bundle (owner-only; `run_tls.py`)
     events.out.tfevents.*      TensorBoard summaries (rank 0), one file per start
-    checkpoints/               rank 0's checkpoints (`checkpoints.py`)
+    checkpoints/               rank 0's checkpoints (`checkpoints.py`), the highest weight
+                               version that may have been published (`published_version`),
+                               and in `unusable/` checkpoints a restore passed over
     learner_<rank>.json        each learner's closing summary
     learners.log, actor_*.log  each process's output (written by the launchers)
     videos/<checkpoint>/       `experiment.py --mode=test --record_video`
@@ -13,7 +15,8 @@
                                (`benchmarks/branch.py`)
 
 `--experiment` names the folder; without it a run gets `<level_name>-<start time>`. Starting again
-with an existing run folder resumes from its latest checkpoint.
+with an existing run folder resumes from its latest checkpoint. With --private_run_files (the
+default) the folder and what the run's processes write in it are owner-only (`keep_private`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,35 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# Masks every permission of group and others: what this process creates is its owner's only.
+PRIVATE_UMASK = 0o077
+
+
+def keep_private() -> None:
+    """Makes every folder and file this process (and any it starts) creates from now on
+    owner-only: 0700 and 0600, or less if the umask already masked more (--private_run_files)."""
+    os.umask(current_umask() | PRIVATE_UMASK)
+
+
+def make_private(folder: str) -> None:
+    """Takes group's and others' permissions off `folder` itself (not what is in it, which no
+    one else can then reach): a run folder made before runs were private.
+
+    Raises:
+      ValueError: one line, if this user cannot change them (another user's folder).
+    """
+    mode = os.stat(folder).st_mode
+    if not mode & PRIVATE_UMASK:
+        return
+    try:
+        os.chmod(folder, mode & ~PRIVATE_UMASK & 0o7777)
+    except PermissionError as error:
+        raise ValueError(
+            f"{folder}: cannot make it owner-only ({error.strerror}); give "
+            "--noprivate_run_files to leave its permissions as they are"
+        ) from None
 
 
 def write_json(path: str, value: Any, sort_keys: bool = False) -> None:

@@ -17,15 +17,34 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 # Bounds on what an actor sends, enforced by the learner's transport (a chunk beyond them is
-# refused as "value out of bounds"); sound actors stay far inside them.
-# Behaviour logits: V-trace takes exp(target - behaviour log-probabilities); a gap of 1e3 already
-# means a deterministic policy, and within it every sum the loss makes stays finite in float32.
+# refused as "value out of bounds"). Sound actors stay far inside them: a bound a sound network
+# could reach would have every actor's data refused and stall the run. What no bound can make
+# finite, the learner's train step skips (`optimise.Trainer`): nothing non-finite is applied.
+#
+# Behaviour logits: the loss reads them only as log mu(a) = l_a - logsumexp(l) >= -2 x bound -
+# log(actions), finite for any finite logits, and V-trace uses pi / mu only clipped at 1. PPO's
+# surrogate centred on the behaviour policy (the default --policy_clip) differentiates
+# pi / mu = exp(log pi - log mu) itself: with logits of +-1e30 it is exp(2e30) = inf, the loss
+# inf and its gradient NaN (0 x inf where the clip is flat), and clip_by_global_norm then makes
+# every gradient NaN. That ratio stays finite only for logits within +-42 (exp overflows float32
+# past 88.7), and the gradient's norm (which overflows past 1.8e19) only within about +-20 on
+# Pong's batch of 16 x 20. A sharp sound policy's logits may lie beyond these, but the actions
+# it samples are its likely ones, so pi / mu stays moderate: only a batch claiming actions its
+# behaviour policy all but never takes overflows, and such batches are left to the skip. At 1e3
+# the logits may spread ten times as far as where float32's softmax already rounds a
+# probability to 0 (a spread of 104): no network needs more.
 MAX_ABS_POLICY_LOGIT = 1e3
-# Raw rewards before clipping: Atari's largest single rewards are in the thousands.
+# Raw rewards, before --reward_clipping: with "none", V-trace's targets sum up to unroll-length
+# of them, and the baseline loss squares those; at 1e6 the sum of squares over a batch and its
+# gradient stay below float32's range by more than 1e8 (measured on Pong's network and batch).
+# Atari's single rewards are orders of magnitude smaller.
 MAX_ABS_REWARD = 1e6
-# Core state (LSTM cells grow at most by one per step).
+# Core state: an LSTM's hidden state is within [-1, 1] and its cell grows by at most 1 a step,
+# so a sound actor's stays below the steps of its longest game (Atari's: 27,000). At 1e6 the
+# gates' inputs and their gradients stay finite.
 MAX_ABS_CORE_STATE = 1e6
-# A game's return: Atari's highest scores are below 1e7.
+# A game's return, which the learner averages for its reports: Atari's human world records are
+# below 1e8; a mean of returns within 1e9 is finite, and no one game can make it 1e28.
 MAX_ABS_EPISODE_RETURN = 1e9
 
 

@@ -330,6 +330,7 @@ def plan_run(
     restarts: Restarts = Restarts(),
     containers: Containers | None = None,
     tls: bool = False,
+    private: bool = True,
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -348,7 +349,8 @@ def plan_run(
 
     Each host gets the run secret in the run folder of each of its workdirs (`secret_paths`),
     and with `tls` (--transport_tls, among `flags`) the run's TLS bundle beside it
-    (`tls_paths`).
+    (`tls_paths`). With `private` (--private_run_files) each window's shell makes its run
+    folder and log owner-only (umask 077).
 
     Raises:
       ValueError: something of the run that cannot be planned (see the messages).
@@ -378,6 +380,7 @@ def plan_run(
                         SSHD_WINDOW,
                         restarts.max_learner_restarts,
                         restarts.max_delay_secs,
+                        private,
                     ),
                 )
             )
@@ -428,6 +431,7 @@ def plan_run(
                 "learners",
                 restarts.max_learner_restarts,
                 restarts.max_delay_secs,
+                private,
             ),
         )
     )
@@ -464,6 +468,7 @@ def plan_run(
                     actor.name,
                     restarts.max_actor_restarts,
                     restarts.max_delay_secs,
+                    private,
                 ),
             )
         )
@@ -633,15 +638,23 @@ def _mpmd_mpirun(learners, learner_hosts, actor_hosts, flags, extra) -> str:
 
 
 def _in_workdir(
-    workdir: str, log_dir: str, line: str, name: str, max_restarts: int, max_delay: int
+    workdir: str,
+    log_dir: str,
+    line: str,
+    name: str,
+    max_restarts: int,
+    max_delay: int,
+    private: bool = True,
 ) -> str:
     """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status, and starts
-    it again when it dies (see `Restarts`)."""
+    it again when it dies (see `Restarts`); with `private`, the folder and log it makes are
+    owner-only (umask 077, which the process inherits)."""
     log = shlex.quote(f"{log_dir}/{name}.log")
     say = f"[frontend] {name} exited with code $code;"
     final = "|".join(str(code) for code in run_folder.FINAL_EXIT_CODES)
     script = (
-        f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} || exit 1; "
+        ("umask 077; " if private else "")
+        + f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} || exit 1; "
         f"restarts=0; delay=1; while true; do {line} 2>&1 | tee -a {log}; code=$?; "
         f"case $code in {final}) exit $code;; esac; "
         f"if [ $restarts -ge {int(max_restarts)} ]; then "

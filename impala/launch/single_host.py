@@ -452,6 +452,9 @@ def main(argv: list[str]) -> int:
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
+    if FLAGS.private_run_files:
+        # The run folder and the logs, and everything the processes started here write.
+        run_folder.keep_private()
     os.makedirs(run_dir, exist_ok=True)
     try:
         make_run_files(run_dir, given)

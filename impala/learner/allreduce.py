@@ -46,6 +46,13 @@ def wrap_tape(tape: tf.GradientTape) -> tf.GradientTape:
     return hvd.DistributedGradientTape(tape)
 
 
+def every_learner(flag: tf.Tensor) -> tf.Tensor:
+    """True where the bool scalar `flag` is True on every learner (inside the train step)."""
+    # Horovod: the minimum of 0 and 1 over the learners, so that all take the same branch after
+    # it (the train step's: apply this step or skip it). Every learner calls it once a step.
+    return hvd.allreduce(tf.cast(flag, tf.float32), op=hvd.Min, name="every_learner") > 0.5
+
+
 def broadcast_from_chief(variables: list[tf.Variable]) -> None:
     """Overwrites `variables` with rank 0's values on every learner."""
     # Horovod: called once the network and the optimizer slots exist, so both are covered.

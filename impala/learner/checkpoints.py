@@ -7,11 +7,24 @@ A save writes the checkpoint's data and index files, flushes them and their fold
 (a temporary file, flushed, renamed over it, the folder flushed again). Until that rename,
 "latest" names the previous complete checkpoint. Old checkpoints are deleted only after.
 
-A restore tries the checkpoints newest first. One that cannot be read (truncated, corrupt:
-TensorFlow checks every tensor's CRC) is reported in one line and the previous one is used. A
-state file that cannot be parsed is reported and the checkpoints in the folder are used. If
-checkpoints exist and none can be read, the restore fails with a one-line error: a run never
+A save refuses a state that is not finite (a NaN or infinite weight or optimizer value): such
+a checkpoint would be the latest, and every later start would resume it.
+
+A restore first removes what saves interrupted by a kill left behind (`remove_interrupted_saves`),
+then tries the checkpoints newest first. One that cannot be read (truncated, corrupt:
+TensorFlow checks every tensor's CRC) or that holds values that are not finite is reported in
+one line and the previous one is used; once one is, those it passed over are set aside in
+`unusable/` and leave the state file, so that they hold none of the kept places. A state file
+that cannot be parsed is reported and the checkpoints in the folder are used. If checkpoints
+exist and none can be used, the restore fails with a one-line error, moving nothing: a run never
 silently starts again from frame 0.
+
+Weight versions only grow, across restarts and fallbacks too: actors take a version they hold
+for the weights they hold, so a version must never be published again with other weights.
+Before a version is published, the folder's `published_version` file says that versions up to
+it (and some beyond, so that it is rewritten rarely) may have been; a restore goes on from the
+restored checkpoint's version only if none above it may have been published, and otherwise
+from the next version above them.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from impala import run_identity
@@ -56,9 +70,30 @@ class CheckpointReadError(ValueError):
     """No checkpoint of the run could be read; the message names the folder and why."""
 
 
+class NotFiniteError(FloatingPointError):
+    """The state to checkpoint holds values that are not finite.
+
+    Not a ValueError: a learner that stops on it is started again by its launcher, and resumes
+    from the last checkpoint that is finite.
+    """
+
+
 STATE_FILE = "checkpoint"  # TensorFlow's name: tf.train.latest_checkpoint reads it too
+VERSIONS_FILE = "published_version"  # the highest weight version that may have been published
+UNUSABLE = "unusable"  # the folder checkpoints a restore passed over are set aside in
 _PREFIX = "ckpt"
 _NUMBERED = re.compile(rf"^{_PREFIX}-(\d+)\.index$")
+# Any file or folder of a checkpoint, complete or not: its name holds the version it saved.
+_OF_VERSION = re.compile(rf"^{_PREFIX}-(\d+)[._]")
+# What a save killed before it ended leaves: TensorFlow's folder of the checkpoint's shards, its
+# temporary files, and the temporaries of this module's own files.
+_INTERRUPTED_FOLDER = re.compile(rf"^{_PREFIX}-\d+_temp$")
+_INTERRUPTED_FILE = re.compile(
+    rf"^({_PREFIX}-\d+\.(index|data-\d+-of-\d+)\.tempstate\d+"
+    rf"|({STATE_FILE}|{VERSIONS_FILE})\.\d+\.tmp)$"
+)
+# Versions reserved at a time in the versions file: it is rewritten once every so many steps.
+_VERSIONS_AHEAD = 100
 # A line of the state file: the checkpoints' names (TensorFlow writes timestamps too).
 _STATE_LINE = re.compile(
     r'(?P<key>model_checkpoint_path|all_model_checkpoint_paths): "(?P<name>[^"]+)"'
@@ -115,6 +150,8 @@ class Checkpointer:
         self._directory = directory
         self._keep = keep
         self._keep_every_frames = keep_every_frames
+        self._agent, self._optimizer = agent, optimizer
+        self._reserved = -1  # versions up to this are recorded as possibly published
 
     @property
     def counters(self) -> list[tf.Variable]:
@@ -127,42 +164,152 @@ class Checkpointer:
         return found[-1] if found else None
 
     def restore_latest(self, report: Callable[[str], None] = print) -> str | None:
-        """Restores the newest checkpoint that can be read; returns its path (None: no checkpoint).
+        """Restores the newest checkpoint that can be read and holds finite values; returns its
+        path (None: no checkpoint).
+
+        Also removes what interrupted saves left, sets aside the checkpoints passed over, and
+        makes `version` the one to go on from (see the module's docstring), recording it.
 
         Args:
-          report: told, in one line each, of every checkpoint skipped and why.
+          report: told, in one line each, of every checkpoint skipped and why, and of what
+            was removed or set aside.
 
         Raises:
           CheckpointMismatchError: naming each setting that differs from this run's.
-          CheckpointReadError: checkpoints exist but none can be read.
+          CheckpointReadError: checkpoints exist but none can be used.
         """
+        published = self._highest_published(report)  # before what an interrupted save left goes
+        for name in remove_interrupted_saves(self._directory, report):
+            report(f"removed {os.path.join(self._directory, name)}, left by an interrupted save")
         candidates, problem = listed(self._directory)
         if problem:
             report(problem)
-        if not candidates:
-            return None
-        failures = []
+        passed_over, failures = [], []
         for path in reversed(candidates):
-            try:
-                self._restore(path)
-            except CheckpointMismatchError:
-                raise
-            except _READ_ERRORS as error:
-                reason = first_line(error)
-                failures.append(f"{os.path.basename(path)}: {reason}")
-                report(f"checkpoint {path} cannot be read ({reason}); trying the one before")
-                continue
-            return path
-        raise CheckpointReadError(
-            f"{self._directory}: no checkpoint can be read ({'; '.join(failures)}); refusing to "
-            "start again from frame 0: move the folder away to start a new run"
-        )
+            reason = self._restore_if_usable(path)
+            if reason is None:
+                self._set_aside(passed_over, candidates, report)
+                self._go_on_above(published, report)
+                return path
+            failures.append(f"{os.path.basename(path)}: {reason}")
+            passed_over.append(path)
+            report(f"checkpoint {path} {reason}; trying the one before")
+        if failures:
+            raise CheckpointReadError(
+                f"{self._directory}: no checkpoint can be used ({'; '.join(failures)}); "
+                "refusing to start again from frame 0: move the folder away to start a new run"
+            )
+        self._go_on_above(published, report)
+        return None
+
+    def _restore_if_usable(self, path: str) -> str | None:
+        """Restores `path`; returns why it cannot be resumed from, or None if it can."""
+        try:
+            self._restore(path)
+        except CheckpointMismatchError:
+            raise
+        except _READ_ERRORS as error:
+            return f"cannot be read ({first_line(error)})"
+        not_finite = self._not_finite()
+        if not_finite:
+            return f"holds values that are not finite ({not_finite})"
+        return None
+
+    def _set_aside(self, paths: list[str], listed_paths: list[str], report) -> None:
+        """Moves the files of checkpoints `paths` into `unusable/` and drops them from the state
+        file, which then names the rest of `listed_paths`."""
+        if not paths:
+            return
+        folder = os.path.join(self._directory, UNUSABLE)
+        try:
+            for path in paths:
+                prefix = os.path.basename(path) + "."
+                for name in os.listdir(self._directory):
+                    if name.startswith(prefix):
+                        os.makedirs(folder, exist_ok=True)
+                        os.replace(os.path.join(self._directory, name), os.path.join(folder, name))
+            _write_state(self._directory, [p for p in listed_paths if p not in paths])
+        except OSError as error:
+            report(f"cannot set aside {', '.join(paths)} ({first_line(error)})")
+            return
+        names = ", ".join(os.path.basename(p) for p in paths)
+        report(f"set aside {names} in {folder}: no longer among the kept checkpoints")
+
+    def _go_on_above(self, highest: int, report) -> None:
+        """Makes `version` one above `highest`, the highest version that may have been
+        published, unless the restored one is that high (its weights are that version's), and
+        records it."""
+        restored = int(self.version)
+        if highest > restored:
+            self.version.assign(highest + 1)
+            report(
+                f"weight versions up to {highest} may have been published by an earlier start; "
+                f"going on from {highest + 1}, not from the checkpoint's {restored}"
+            )
+        self.record_publishing(int(self.version))
+
+    def _highest_published(self, report) -> int:
+        """What the versions file says, and at least the version of every checkpoint in the
+        folder, set aside or interrupted (each is written after its version is published)."""
+        highest = -1
+        for folder in (self._directory, os.path.join(self._directory, UNUSABLE)):
+            if os.path.isdir(folder):
+                for match in map(_OF_VERSION.match, os.listdir(folder)):
+                    if match:
+                        highest = max(highest, int(match[1]))
+        path = os.path.join(self._directory, VERSIONS_FILE)
+        try:
+            with open(path, encoding="utf-8") as f:
+                highest = max(highest, int(f.read()))
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            report(f"{path} cannot be read ({first_line(error)}); going by the checkpoints' names")
+        return highest
+
+    def record_publishing(self, version: int) -> None:
+        """Records, before any learner publishes `version`, that it may have been published.
+
+        Learners step together, so another may publish one version more than rank 0 has: the
+        record covers that one too, and as many again as `_VERSIONS_AHEAD` so that it is
+        rewritten once every so many steps.
+        """
+        if version + 1 > self._reserved:
+            self._write_versions(version + _VERSIONS_AHEAD)
+
+    def record_stopped(self, version: int) -> None:
+        """Records that every learner stopped after `version`: none above it was published."""
+        self._write_versions(version)
+
+    def _write_versions(self, version: int) -> None:
+        os.makedirs(self._directory, exist_ok=True)
+        _write_durably(self._directory, VERSIONS_FILE, f"{version}\n")
+        self._reserved = version
+
+    def _not_finite(self) -> str | None:
+        """Which values of the state (weights, optimizer state, training time) are not finite,
+        in a few words; None if all are."""
+        state = [*self._agent.variables, *self._optimizer.variables, self.training_secs]
+        floats = [v for v in state if v.dtype.is_floating]
+        bad = [v.name for v in floats if not np.isfinite(v.numpy()).all()]
+        if not bad:
+            return None
+        return f"{len(bad)} of {len(floats)} variables, such as {bad[0]}"
 
     def save(self, frames: int, version: int, training_secs: float = 0.0) -> str:
         """Writes a checkpoint of the current state at `frames` and weight `version`.
 
         Returns its path once it is on disk and the state file names it as the latest.
+
+        Raises:
+          NotFiniteError: the state holds values that are not finite; nothing is written.
         """
+        not_finite = self._not_finite()
+        if not_finite:
+            raise NotFiniteError(
+                f"refusing to checkpoint weight version {version}: its state holds values that "
+                f"are not finite ({not_finite})"
+            )
         self.frames.assign(frames)
         self.version.assign(version)
         self.training_secs.assign(training_secs)
@@ -308,14 +455,49 @@ def _write_state(directory: str, paths: list[str]) -> None:
     text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
         f'all_model_checkpoint_paths: "{name}"\n' for name in names
     )
-    state = os.path.join(directory, STATE_FILE)
-    temporary = f"{state}.{os.getpid()}.tmp"
+    _write_durably(directory, STATE_FILE, text)
+
+
+def _write_durably(directory: str, name: str, text: str) -> None:
+    """Replaces file `name` in `directory` with `text`: a temporary file, flushed to disk,
+    renamed over it, the folder flushed again."""
+    path = os.path.join(directory, name)
+    temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(temporary, state)
+    os.replace(temporary, path)
     fsync_path(directory)
+
+
+def remove_interrupted_saves(directory: str, report: Callable[[str], None]) -> list[str]:
+    """Removes from `directory` what saves killed before they ended left there; returns the
+    names removed.
+
+    Only names saves leave (`ckpt-<N>_temp` folders, TensorFlow's `.tempstate` files of a
+    checkpoint, the temporaries of the state and versions files), and only real folders and
+    files: a link of such a name is left alone, and nothing inside a folder is followed.
+    What cannot be removed is reported.
+    """
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode) and _INTERRUPTED_FOLDER.match(name):
+                shutil.rmtree(path)  # removes links inside, never what they point to
+            elif stat.S_ISREG(mode) and _INTERRUPTED_FILE.match(name):
+                os.remove(path)
+            else:
+                continue
+        except OSError as error:
+            report(f"cannot remove {path}, left by an interrupted save ({first_line(error)})")
+            continue
+        removed.append(name)
+    return removed
 
 
 def fsync_path(path: str) -> None:

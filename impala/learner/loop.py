@@ -33,7 +33,7 @@ from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
 from impala.learner.summaries import Summaries
 from impala.progress import Progress, core_wait_secs, thread_core_waits
-from impala.trajectory import Batch
+from impala.trajectory import MAX_ABS_EPISODE_RETURN, Batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,9 @@ class LearnerJobConfig:
         '' is the run folder's `secret`, which rank 0 creates if it is missing.
       transport_tls: serve over mutual TLS with the run's TLS bundle (`impala/run_tls.py`),
         the `tls.pem` beside the secret file, which rank 0 creates if it is missing.
+      private_files: make the run folder owner-only (0700), one made before too; what is
+        created in it is as private as the process's umask makes it (`experiment.py` sets it
+        to 077 with --private_run_files).
       flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
       summary_histograms: also write histograms of the weights to TensorBoard.
       save_every_secs: rank 0 writes a checkpoint this often, at the end, and when stopped.
@@ -77,6 +80,7 @@ class LearnerJobConfig:
     experiment: str = ""
     secret_file: str = ""
     transport_tls: bool = False
+    private_files: bool = True
     flag_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     summary_histograms: bool = False
     log_every_secs: float = 5.0
@@ -125,6 +129,11 @@ class _Counters:
 
     version: int = 0
     steps: int = 0
+    # Optimisation steps skipped because their loss or gradients were not finite (the same on
+    # every learner: they skip together), and finished games left out of the statistics for a
+    # return that is not finite or beyond `MAX_ABS_EPISODE_RETURN`.
+    skipped_steps: int = 0
+    episodes_ignored: int = 0
     trajectories_by_actor: Counter = dataclasses.field(default_factory=Counter)
     refusals_reported: dict[str, int] = dataclasses.field(default_factory=dict)
     # When the first step ended, and the frames then: the steady-state rate is measured from
@@ -183,7 +192,12 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
     run_dir = saving.make_run_folder(config, topology)
     tf.random.set_seed(config.seed)
     env_info, agent = _build_agent(config)
-    trainer = Trainer(agent, config.learner, wrap_tape=allreduce.wrap_tape)
+    trainer = Trainer(
+        agent,
+        config.learner,
+        wrap_tape=allreduce.wrap_tape,
+        every_learner=allreduce.every_learner,
+    )
     trainer.create_optimizer_slots()
     spec, identity = transport.describe(
         env_info, agent, config.learner.unroll_length, config.level_name, config.num_action_repeats
@@ -258,10 +272,15 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         # (After no step, the latest checkpoint already holds this state: writing it again
         # would rewrite that checkpoint's files in place.)
         learning.saver.save(progress.frames, counters.version, counters.training_secs())
+    # Every learner stopped after this version: none above it was published.
+    learning.saver.record_stopped(counters.version)
     if progress.done:
         # Only a finished run tells the actors to exit; after a stop they keep trying to
         # reconnect, so that a resumed learner finds them.
         service.close(linger_secs=config.linger_secs)
+    # Calls under way end now: left to the interpreter's exit, the server's threads outlived
+    # their pool and held an actor's calls until their deadline.
+    service.stop()
     summary = {
         "rank": topology.rank,
         "run_dir": run_dir,
@@ -293,6 +312,8 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
         "training_secs": counters.training_secs(),
         "resumed_from": resumed_from,
         "refused_calls": service.refusals,
+        "skipped_steps": counters.skipped_steps,
+        "episodes_ignored": counters.episodes_ignored,
         # Calls refused for the secret, by the caller's host ("ipv4:10.0.0.7").
         "refusing_hosts": service.refusing_hosts,
         "stopped_early": not progress.done,
@@ -390,6 +411,8 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
         trained = time.monotonic() - train_started
         counters.steps += 1
         counters.version += 1
+        _count_skipped(learning, stats["skipped_steps"])
+        learning.saver.record_published(counters.version)
         service.publish_weights(counters.version)
         counters.trajectories_by_actor.update(queued.actor_task.numpy().tolist())
         progress.add_frames(frames_per_step_all_learners)
@@ -401,7 +424,7 @@ def _train(learning: _Learning, start_frames: int) -> Progress:
             counters.first_step_cpu = counters.last_step_cpu
             counters.first_step_core_waits = thread_core_waits()
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
-        episodes = _gather_episodes(service)
+        episodes = _gather_episodes(service, counters)
         progress.add_episode_returns(episodes[:, 0])
         if learning.summaries and len(episodes):
             learning.summaries.episodes(
@@ -457,13 +480,34 @@ def _learner_states(learning: _Learning, queued) -> _LearnerStates:
     return _LearnerStates(*states.T)
 
 
-def _gather_episodes(service: transport.LearnerService) -> np.ndarray:
+def _gather_episodes(service: transport.LearnerService, counters: _Counters) -> np.ndarray:
     """Every learner's finished games since the last step, [K, 3]: return, length in frames,
-    and the frames it began with (-1 where the game has no such start)."""
+    and the frames it began with (-1 where the game has no such start).
+
+    A game whose return is not finite or beyond `MAX_ABS_EPISODE_RETURN` (which the transport
+    refuses too) is left out and counted: one absurd score would swamp every mean over games.
+    """
     games = service.pop_episodes()
     # Horovod: gathered every step, by every learner, so that rank 0 reports them all.
     fields = [games.episode_return, games.episode_frames, games.start_frames]
-    return allreduce.gather_from_learners(np.stack(fields, axis=1).astype(np.float64), "episodes")
+    episodes = allreduce.gather_from_learners(
+        np.stack(fields, axis=1).astype(np.float64), "episodes"
+    )
+    sound = np.isfinite(episodes).all(axis=1) & (np.abs(episodes[:, 0]) <= MAX_ABS_EPISODE_RETURN)
+    counters.episodes_ignored += int(np.sum(~sound))
+    return episodes[sound]
+
+
+def _count_skipped(learning: _Learning, skipped: int) -> None:
+    """Counts the step's skipped optimisation steps; says so when the first one is."""
+    if skipped and not learning.counters.skipped_steps:
+        learning.report(
+            f"step {learning.counters.version} skipped an optimisation step: its loss or "
+            "gradients were not finite (a batch beyond what float32 holds, see "
+            "impala/trajectory.py); the weights were left as they were. Skipped steps are "
+            "counted on the progress line and in TensorBoard's optimizer/skipped_steps"
+        )
+    learning.counters.skipped_steps += skipped
 
 
 def _report(learning: _Learning, progress: Progress, stats, learners, frames_per_trajectory):
@@ -483,7 +527,7 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
         f"  step {counters.version} | loss {stats['loss/total']:.3f} "
         f"(pg {stats['loss/policy_gradient']:.3f}, baseline {stats['loss/baseline']:.3f}, "
         f"entropy {stats['loss/entropy']:.3f}{entropy_weight}) | "
-        f"grad norm {stats['gradient_norm']:.2f} | "
+        f"grad norm {stats['gradient_norm']:.2f}{_skipped(counters)} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
         f"(clipped {stats['clipped_fraction']:.0%}) | "
         f"queue {service.queue_size}/{service.queue_capacity} | "
@@ -492,7 +536,14 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     summaries = learning.summaries
     if summaries is None:
         return
-    summaries.training(progress.frames, stats, frames_per_sec, counters.training_secs(), policy_lag)
+    summaries.training(
+        progress.frames,
+        stats,
+        frames_per_sec,
+        counters.training_secs(),
+        policy_lag,
+        counters.skipped_steps,
+    )
     summaries.learners(
         progress.frames,
         queue_fill=learners.queue_size / service.queue_capacity,
@@ -501,6 +552,13 @@ def _report(learning: _Learning, progress: Progress, stats, learners, frames_per
     )
     summaries.weights(progress.frames, learning.agent.variables)
     summaries.flush()
+
+
+def _skipped(counters: _Counters) -> str:
+    """The progress line's count of skipped steps, once there is one."""
+    if not counters.skipped_steps:
+        return ""
+    return f" ({counters.skipped_steps} steps skipped: not finite)"
 
 
 def _report_refusals(learning: _Learning) -> None:

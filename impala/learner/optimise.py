@@ -1,4 +1,5 @@
-"""The learner's optimisation step: the optimiser, its learning-rate schedule, gradient clipping."""
+"""The learner's optimisation step: the optimiser, its learning-rate schedule, gradient clipping,
+and the skip of a step whose loss or gradients are not finite."""
 
 from __future__ import annotations
 
@@ -66,16 +67,25 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Opt
 
 # Wraps the gradient tape; the distributed learner passes Horovod's DistributedGradientTape.
 TapeWrapper = Callable[[tf.GradientTape], Any]
+# Reduces a bool scalar of this learner's to whether it holds on every learner.
+FlagReducer = Callable[[tf.Tensor], tf.Tensor]
 
 
 class Trainer:
-    """Owns the optimiser and performs IMPALA optimisation steps on one agent."""
+    """Owns the optimiser and performs IMPALA optimisation steps on one agent.
+
+    A step whose loss or gradients are not finite is skipped: neither the weights nor the
+    optimiser's state change, and the step is counted (`skipped_steps`). Applied, it would make
+    every weight NaN, since clipping by a non-finite global norm makes every gradient NaN. Only
+    a batch beyond what float32 holds does it (see the bounds in `impala/trajectory.py`).
+    """
 
     def __init__(
         self,
         agent: networks.Agent,
         config: LearnerConfig,
         wrap_tape: TapeWrapper | None = None,
+        every_learner: FlagReducer | None = None,
     ):
         """Creates the optimiser.
 
@@ -84,10 +94,14 @@ class Trainer:
           config: loss and optimiser hyperparameters.
           wrap_tape: applied to the gradient tape before gradients are taken, e.g. to average
             gradients across learners.
+          every_learner: whether a bool scalar of this learner's holds on every learner, so
+            that all skip a step together when any one's loss is not finite; None: this
+            learner alone.
         """
         self._agent = agent
         self._config = config
         self._wrap_tape = wrap_tape or (lambda tape: tape)
+        self._every_learner = every_learner or (lambda flag: flag)
         self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
         self.optimizer = make_optimizer(config, self.learning_rate)
         self.entropy_cost = tf.Variable(config.entropy_cost, trainable=False, dtype=tf.float32)
@@ -113,7 +127,9 @@ class Trainer:
         V-trace's importance weights (pi / mu, clipped) correct for that.
 
         Returns:
-          Scalar statistics of the last step: the loss terms, gradient norm and learning rate.
+          Scalar statistics of the last step: the loss terms, gradient norm and learning rate;
+          and `skipped_steps`, how many of the steps were skipped (loss or gradients not
+          finite).
         """
         return self._optimise(batch, frames, self._config.batch_reuse)
 
@@ -121,7 +137,8 @@ class Trainer:
         """One optimisation step on `batch`, at `frames` emulator frames into training.
 
         Returns:
-          Scalar statistics of the step: the loss terms, gradient norm and learning rate.
+          Scalar statistics of the step: the loss terms, gradient norm and learning rate;
+          `skipped_steps` is 1 if it was skipped (loss or gradients not finite), else 0.
         """
         return self._optimise(batch, frames, 1)
 
@@ -131,11 +148,15 @@ class Trainer:
         batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
         # The learner's policy as the batch arrived: the first step's, before its update.
         proximal_logits = None
+        skipped = 0
         for _ in range(num_steps):
             stats, logits = self._train_step(batch, proximal_logits)
+            skipped += stats.pop("skipped")
             if self._config.policy_clip_center == "learner" and proximal_logits is None:
                 proximal_logits = logits
-        return {name: float(value) for name, value in stats.items()}
+        summary = {name: float(value) for name, value in stats.items()}
+        summary["skipped_steps"] = int(skipped)
+        return summary
 
     def _step(
         self, batch: Batch, proximal_logits: tf.Tensor | None
@@ -147,11 +168,14 @@ class Trainer:
             )
         gradients = self._wrap_tape(tape).gradient(loss.total, variables)
         gradient_norm = tf.linalg.global_norm(gradients)
-        if self._config.gradients_clipping > 0:
-            gradients, _ = tf.clip_by_global_norm(
-                gradients, self._config.gradients_clipping, use_norm=gradient_norm
-            )
-        self.optimizer.apply(gradients, variables)
+        # The loss is this learner's own, so whether it is finite is reduced over the learners.
+        # The gradients are already averaged over them: the same on every learner, with a
+        # non-finite value from any learner's batch in every learner's norm. The norm is finite
+        # only if every gradient and every square the optimiser's state takes of one is.
+        apply = self._every_learner(tf.math.is_finite(loss.total)) & tf.math.is_finite(
+            gradient_norm
+        )
+        tf.cond(apply, lambda: self._apply(gradients, variables, gradient_norm), lambda: None)
         return {
             "loss/total": loss.total,
             "loss/policy_gradient": loss.policy_gradient,
@@ -161,4 +185,13 @@ class Trainer:
             "gradient_norm": gradient_norm,
             "learning_rate": tf.identity(self.learning_rate),
             "entropy_cost": tf.identity(self.entropy_cost),
+            "skipped": tf.cast(~apply, tf.int32),
         }, loss.target_logits
+
+    def _apply(self, gradients, variables, gradient_norm) -> None:
+        """Clips `gradients` by their global norm (if the config says so) and applies them."""
+        if self._config.gradients_clipping > 0:
+            gradients, _ = tf.clip_by_global_norm(
+                gradients, self._config.gradients_clipping, use_norm=gradient_norm
+            )
+        self.optimizer.apply(gradients, variables)

@@ -17,7 +17,8 @@ from impala.learner import allreduce, checkpoints
 
 
 def make_run_folder(config, topology) -> str:
-    """The run folder, created ('' without --logdir); rank 0 names it if --experiment does not."""
+    """The run folder, created ('' without --logdir), owner-only with `config.private_files`;
+    rank 0 names it if --experiment does not."""
     if not config.logdir:
         return ""
     name = config.experiment
@@ -28,6 +29,8 @@ def make_run_folder(config, topology) -> str:
         )
     run_dir = run_folder.path(config.logdir, name)
     os.makedirs(run_dir, exist_ok=True)
+    if config.private_files:
+        run_folder.make_private(run_dir)
     return run_dir
 
 
@@ -91,7 +94,8 @@ def make_checkpointer(run_dir, config, agent, trainer, identity) -> checkpoints.
 
 
 class Saver:
-    """Writes rank 0's checkpoints every `every_secs` and when asked (other ranks: never)."""
+    """Writes rank 0's checkpoints every `every_secs` and when asked, and records the weight
+    versions published (other ranks: never)."""
 
     def __init__(self, checkpointer, every_secs: float, report):
         self._checkpointer = checkpointer
@@ -109,6 +113,16 @@ class Saver:
         path = self._checkpointer.save(frames, version, training_secs)
         self._report(f"checkpoint {path} at {frames} frames, weight version {version}")
         self._next = time.monotonic() + self._every_secs
+
+    def record_published(self, version: int) -> None:
+        """Called before the learners publish `version` (`Checkpointer.record_publishing`)."""
+        if self._checkpointer is not None:
+            self._checkpointer.record_publishing(version)
+
+    def record_stopped(self, version: int) -> None:
+        """Called once every learner has stopped after `version` (`Checkpointer.record_stopped`)."""
+        if self._checkpointer is not None:
+            self._checkpointer.record_stopped(version)
 
 
 def weights_checksum(variables) -> str:

@@ -14,6 +14,8 @@ curves where they stopped. Tags:
   loss/total, loss/policy_gradient, loss/baseline, loss/entropy
   loss/entropy_cost                       the entropy bonus's weight (--entropy_cost_anneal_frames)
   optimizer/gradient_norm, optimizer/learning_rate
+  optimizer/skipped_steps                 optimisation steps skipped since this start because
+                                          their loss or gradients were not finite
   policy/clipped_fraction                 steps whose importance ratio is beyond a clip's bound
                                           (V-trace's rho-bar of 1, or outside --policy_clip's range)
   actors/policy_lag                       learner steps between acting and learning, mean
@@ -79,11 +81,14 @@ class Summaries:
         frames_per_sec: float,
         training_secs: float,
         policy_lag: float,
+        skipped_steps: int = 0,
     ) -> None:
-        """The learner's state at `frames`: losses, optimiser, speed."""
+        """The learner's state at `frames`: losses, optimiser, speed, and the optimisation steps
+        skipped since this start (loss or gradients not finite)."""
         with self._writer.as_default(step=frames):
             for name, tag in _STEP_TAGS.items():
                 tf.summary.scalar(tag, step_stats[name])
+            tf.summary.scalar("optimizer/skipped_steps", skipped_steps)
             tf.summary.scalar("progress/frames_per_sec", frames_per_sec)
             tf.summary.scalar("time/training_secs", training_secs)
             tf.summary.scalar("actors/policy_lag", policy_lag)

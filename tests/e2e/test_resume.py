@@ -1,11 +1,12 @@
 """A run stopped and started again: a learner stopped with SIGTERM resumes where it stopped,
-with its curves going on; a start that fails leaves the run's saved flags alone; a resume with
-another preset is refused."""
+with its curves going on and its files its owner's only; a start that fails leaves the run's
+saved flags alone; a resume with another preset is refused."""
 
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 
@@ -39,6 +40,9 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         "--learning_rate_cooldown_fraction=0",
     ]
     run_dir = tmp_path / "run"
+    # A run folder as runs made them before they were private: the learner makes it its own.
+    run_dir.mkdir()
+    os.chmod(run_dir, 0o755)
     # One recent checkpoint, and one past every 1000 frames: the stop's is kept after the end's.
     learner_flags = [
         "--job_name=learner",
@@ -89,6 +93,13 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         f"ckpt-{stopped['weights_version']}",
         f"ckpt-{finished['weights_version']}",
     ]
+    # Nothing was skipped or left out; versions go on from the stop's (it was a clean one), and
+    # the record of those published says where the run ended.
+    assert (finished["skipped_steps"], finished["episodes_ignored"]) == (0, 0)
+    published = run_dir / "checkpoints" / checkpoints.VERSIONS_FILE
+    assert int(published.read_text()) == finished["weights_version"]
+    assert plot.event_files(str(run_dir)) and os.listdir(run_dir / "checkpoints")
+    _check_owner_only(run_dir)
     assert processes.wait(actor, 60) == 0  # it reconnected to the restarted learner
     # ... and said hello to it, so that the restarted learner checked it and counts it (the RPC
     # layer alone would have reconnected it unchecked, had the restart been quick).
@@ -96,6 +107,19 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert re.search(r"^\S+   step \d+ .*\| actors 1 \(back 0x\)$", log, re.M), log
     _check_curves_continue_across_the_resume(run_dir, stopped, finished)
     _check_plot(run_dir, tmp_path / "curves.png")
+
+
+def _check_owner_only(run_dir):
+    """Folders 0700 and files 0600: checkpoints, events, summaries, flags, the run folder."""
+    modes = {}
+    for folder, _, names in os.walk(run_dir):
+        modes[folder] = stat.S_IMODE(os.stat(folder).st_mode)
+        for name in names:
+            modes[os.path.join(folder, name)] = stat.S_IMODE(
+                os.stat(os.path.join(folder, name)).st_mode
+            )
+    expected = {path: 0o700 if os.path.isdir(path) else 0o600 for path in modes}
+    assert modes == expected
 
 
 def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
@@ -110,6 +134,7 @@ def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
         "optimizer/gradient_norm",
         "optimizer/learning_rate",
         "policy/clipped_fraction",
+        "optimizer/skipped_steps",
         "progress/frames_per_sec",
         "actors/policy_lag",
         "learner_0/queue_fill",
@@ -167,6 +192,31 @@ def test_a_start_that_fails_leaves_the_runs_saved_flags_alone(processes, tmp_pat
     assert processes.wait(learner, 120) == 2
     assert "'PongNoFrameskip-v5' is not a registered Gymnasium id" in processes.log(learner)
     assert run_folder.read_flags(str(tmp_path / "run")) == {"level_name": "PongNoFrameskip-v4"}
+
+
+def test_run_locals_run_folder_and_logs_are_owner_only(tmp_path):
+    """run_local.py's own files (the run folder, the secret, each process's log), and what its
+    processes write, whatever umask it was started with."""
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "run_local.py",
+            f"--logdir={tmp_path}",
+            "--experiment=run",
+            "--num_actors=1",
+            "--level_name=PongNoFrameskip-v5",  # a typo: every process stops at once
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        umask=0o002,
+    )
+    assert completed.returncode != 0, completed.stdout + completed.stderr
+    run_dir = tmp_path / "run"
+    assert sorted(os.listdir(run_dir)) == ["actor_0.log", "learners.log", "secret"]
+    assert "not a registered Gymnasium id" in (run_dir / "learners.log").read_text()
+    _check_owner_only(run_dir)
 
 
 def test_resuming_with_another_preset_is_refused_in_one_line(tmp_path):

@@ -55,6 +55,13 @@ def test_transport_tls_reaches_the_learners_and_the_actors():
     assert not (actor.transport_tls or learner.transport_tls)  # off by default
 
 
+def test_private_run_files_reach_the_learners_and_are_the_default():
+    _, learner, *_ = _roles()
+    assert learner.private_files
+    _, learner, *_ = _roles("--noprivate_run_files")
+    assert not learner.private_files
+
+
 def test_the_frame_skip_reaches_every_role_and_the_evaluation():
     assert [config.frame_skip for config in _roles("--frame_skip=3")] == [3, 3, 3, 3]
 

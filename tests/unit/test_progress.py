@@ -15,6 +15,7 @@ from impala.progress import (
     learner_time_line,
     thread_core_waits,
 )
+from impala.trajectory import MAX_ABS_EPISODE_RETURN
 
 
 class _Clock:
@@ -36,6 +37,18 @@ def test_best_mean_counts_only_full_windows():
     assert progress.best_mean_return == 400.0
     assert progress.mean_return == 267.0
     assert progress.episodes == 7
+
+
+def test_one_absurd_return_cannot_swamp_the_statistics():
+    """The issue's report: one game's return of 1e30 made `best_mean_return` 5e28. A return that
+    is not finite or beyond `MAX_ABS_EPISODE_RETURN` (which the transport refuses too) is left
+    out and not counted as a game."""
+    progress = Progress(total_frames=1000, window=3)
+    progress.add_episode_returns([20.0, 1e30, 21.0, float("nan"), -float("inf"), 19.0])
+    assert progress.best_mean_return == 20.0 and progress.mean_return == 20.0
+    assert progress.episodes == 3
+    progress.add_episode_returns([MAX_ABS_EPISODE_RETURN, -MAX_ABS_EPISODE_RETURN])
+    assert progress.episodes == 5  # within the bound: a real, if unlikely, score
 
 
 def test_line_and_summary():

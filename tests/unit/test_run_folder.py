@@ -1,11 +1,17 @@
-"""The run folder: its name, the flags saved in it, and what a resumed run reports as changed."""
+"""The run folder: its name, the flags saved in it, what a resumed run reports as changed, and
+who may read it."""
 
 import datetime
 import json
+import os
+import stat
+import subprocess
+import sys
 
 import pytest
 
 from impala import run_folder
+from tests.helpers import ROOT
 
 
 def test_default_name_is_the_level_and_the_start_time_safe_for_a_path():
@@ -75,3 +81,38 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_partial_one(tmp_path, m
 
     assert json.loads(path.read_text()) == {"frames": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["learning.json"]
+
+
+def test_a_run_folder_made_before_is_made_owner_only_and_only_it(tmp_path):
+    folder, inside = tmp_path / "run", tmp_path / "run" / "flags.json"
+    folder.mkdir()
+    inside.write_text("{}")
+    os.chmod(folder, 0o755)
+    os.chmod(inside, 0o644)
+    run_folder.make_private(str(folder))
+    # No one else can reach what is inside any more: it is left as it was.
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(inside.stat().st_mode) == 0o644
+    os.chmod(folder, 0o500)  # never adds a permission
+    run_folder.make_private(str(folder))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o500
+    os.chmod(folder, 0o700)
+
+
+def test_keep_private_makes_what_the_process_creates_owner_only(tmp_path):
+    # In a process of its own: a umask is the whole process's.
+    script = (
+        "import os, sys\n"
+        "os.umask(0o002)\n"
+        "from impala import run_folder\n"
+        "run_folder.keep_private()\n"
+        "os.makedirs(os.path.join(sys.argv[1], 'made', 'deeper'))\n"
+        "run_folder.write_text(os.path.join(sys.argv[1], 'made', 'written'), 'x')\n"
+        "open(os.path.join(sys.argv[1], 'made', 'opened'), 'w').close()\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, check=True)
+    made = tmp_path / "made"
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert stat.S_IMODE((made / "deeper").stat().st_mode) == 0o700
+    assert stat.S_IMODE((made / "written").stat().st_mode) == 0o600
+    assert stat.S_IMODE((made / "opened").stat().st_mode) == 0o600

@@ -37,9 +37,10 @@ def _plan(tmp_path, local_hosts=frozenset(), accept=False):
     )
 
 
-# A window's script: into the workdir, then the process in a restart loop (see `_in_workdir`).
+# A window's script: owner-only files, into the workdir, then the process in a restart loop (see
+# `_in_workdir`).
 _SUPERVISED = re.compile(
-    r"(cd .+? && mkdir -p .+?) \|\| exit 1; restarts=0; delay=1; while true; do "
+    r"umask 077; (cd .+? && mkdir -p .+?) \|\| exit 1; restarts=0; delay=1; while true; do "
     r"(.+? 2>&1 \| tee -a .+?); code=\$\?; case \$code in 0\|2\|130\) exit \$code;; esac; "
     r".* done",
     re.S,
@@ -56,14 +57,34 @@ def _script(window):
     return f"{match[1]} && {match[2]}"
 
 
-def _run_supervised(tmp_path, exit_codes, max_restarts=2):
+def _run_supervised(tmp_path, exit_codes, max_restarts=2, private=True):
     """Runs a window's script around a process that exits with each of `exit_codes` in turn."""
     codes = tmp_path / "codes"
     codes.write_text("".join(f"{code}\n" for code in exit_codes))
     line = f"bash -c {shlex.quote('c=$(head -1 codes); sed -i 1d codes; echo ran; exit $c')}"
-    command = planning._in_workdir(str(tmp_path), "logs", line, "actor_0", max_restarts, 1)
-    done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=60)
+    command = planning._in_workdir(str(tmp_path), "logs", line, "actor_0", max_restarts, 1, private)
+    done = subprocess.run(
+        shlex.split(command), capture_output=True, text=True, timeout=60, umask=0o002
+    )
     return done.returncode, (tmp_path / "logs" / "actor_0.log").read_text()
+
+
+@pytest.mark.parametrize("private, folder, log", [(True, 0o700, 0o600), (False, 0o775, 0o664)])
+def test_a_windows_run_folder_and_log_are_owner_only_unless_told_not_to(
+    tmp_path, private, folder, log
+):
+    _run_supervised(tmp_path, [0], private=private)
+    assert stat.S_IMODE((tmp_path / "logs").stat().st_mode) == folder
+    assert stat.S_IMODE((tmp_path / "logs" / "actor_0.log").stat().st_mode) == log
+
+
+def test_every_window_keeps_the_runs_files_private_unless_told_not_to(tmp_path):
+    scripts = [shlex.split(w.command)[4] for plan in _plan(tmp_path) for w in plan.windows]
+    assert len(scripts) == 3 and all(s.startswith("umask 077; cd ") for s in scripts)
+    workers = workers_csv.read_workers(str(tmp_path / "cluster.csv"), default_workdir="/w")
+    plans = planning.plan_run(workers, ["--noprivate_run_files"], "cluster", private=False)
+    scripts = [shlex.split(w.command)[4] for plan in plans for w in plan.windows]
+    assert len(scripts) == 3 and all(s.startswith("cd ") for s in scripts)
 
 
 def test_a_window_restarts_its_process_when_it_dies_at_most_so_many_times(tmp_path):

@@ -1,6 +1,7 @@
-"""Checkpoints: round trip, crash-safe and durable "latest", falling back from a damaged one,
-refusing another run's checkpoint (a real learner stopped and resumed is in
-tests/e2e/test_resume.py)."""
+"""Checkpoints: round trip, crash-safe and durable "latest", falling back from a damaged one or
+one that is not finite (and setting it aside), refusing another run's checkpoint, clearing what
+interrupted saves left, weight versions that only grow (a real learner stopped and resumed is
+in tests/e2e/test_resume.py)."""
 
 import os
 import re
@@ -262,9 +263,31 @@ def test_a_damaged_latest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     assert int(loader.frames) == 200
     for restored, original in zip(_values(agent.variables), weights[2], strict=True):
         np.testing.assert_array_equal(restored, original)
-    (line,) = reports
+    line, set_aside, versions = reports
     assert line.startswith(f"checkpoint {tmp_path / 'ckpt-3'} cannot be read (")
     assert line.endswith("; trying the one before") and "\n" not in line
+    _check_set_aside(tmp_path, set_aside, versions)
+
+
+def _check_set_aside(tmp_path, set_aside, versions):
+    """ckpt-3 was passed over for ckpt-2: it is in unusable/, holds no kept place, and the
+    versions go on above its."""
+    assert set_aside == (
+        f"set aside ckpt-3 in {tmp_path / 'unusable'}: no longer among the kept checkpoints"
+    )
+    assert sorted(os.listdir(tmp_path / "unusable")) == sorted(
+        ["ckpt-3.index", _data_file(tmp_path / "unusable", 3).name]
+    )
+    assert _kept(tmp_path) == [1, 2]
+    assert versions == (
+        "weight versions up to 3 may have been published by an earlier start; going on from "
+        "4, not from the checkpoint's 2"
+    )
+    # The resumed run's saves keep three again: the set-aside one takes no place.
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    saver.save(frames=300, version=4)
+    assert _kept(tmp_path) == [1, 2, 4]
 
 
 def test_a_missing_latest_checkpoint_falls_back_too(tmp_path):
@@ -280,11 +303,179 @@ def test_when_no_checkpoint_can_be_read_the_restore_refuses_to_start_afresh(tmp_
     _saved_run(tmp_path)
     for version in (1, 2, 3):
         _truncate(_data_file(tmp_path, version))
+    before = sorted(os.listdir(tmp_path))
     _, loader = _loader(tmp_path)
-    with pytest.raises(checkpoints.CheckpointReadError, match="no checkpoint can be read") as e:
+    with pytest.raises(checkpoints.CheckpointReadError, match="no checkpoint can be used") as e:
         loader.restore_latest(lambda line: None)
+    assert "ckpt-1: cannot be read (" in str(e.value)
     assert "refusing to start again from frame 0" in str(e.value)
     assert "\n" not in str(e.value)
+    # Nothing is set aside: the run's checkpoints stay where they are, for someone to look at.
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def _save_as_before_the_check(monkeypatch, saver, frames, version):
+    """Saves as learners did before checkpoints were checked for values that are not finite."""
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoints.Checkpointer, "_not_finite", lambda self: None)
+        return saver.save(frames=frames, version=version)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_checkpoint_that_is_not_finite_is_refused_and_the_previous_one_used(
+    tmp_path, monkeypatch, value
+):
+    """The issue's run: the weights went NaN, were saved as the latest checkpoint, and the
+    restarted learner resumed them. Now the restore passes over them, as over a damaged one."""
+    weights = _saved_run(tmp_path, versions=(1, 2))
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    agent.variables[0].assign(tf.fill(agent.variables[0].shape, value))
+    _save_as_before_the_check(monkeypatch, saver, frames=300, version=3)
+
+    restored_agent, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
+    assert int(loader.frames) == 200
+    for restored, original in zip(_values(restored_agent.variables), weights[2], strict=True):
+        np.testing.assert_array_equal(restored, original)
+    line, set_aside, versions = reports
+    assert re.fullmatch(
+        rf"checkpoint {re.escape(str(tmp_path / 'ckpt-3'))} holds values that are not finite "
+        rf"\(1 of \d+ variables, such as {re.escape(agent.variables[0].name)}\); trying the one "
+        "before",
+        line,
+    )
+    _check_set_aside(tmp_path, set_aside, versions)
+
+
+def test_optimizer_state_that_is_not_finite_is_refused_too(tmp_path, monkeypatch):
+    _saved_run(tmp_path, versions=(1,))
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    slot = trainer.optimizer.ms[0]  # RMSProp's mean square: a gradient whose square overflowed
+    slot.assign(tf.fill(slot.shape, np.inf))
+    _save_as_before_the_check(monkeypatch, saver, frames=200, version=2)
+    reports = []
+    assert _loader(tmp_path)[1].restore_latest(reports.append) == str(tmp_path / "ckpt-1")
+    assert "ckpt-2 holds values that are not finite (1 of " in reports[0]
+
+
+@pytest.mark.parametrize("value", [np.nan, -np.inf])
+def test_a_save_refuses_a_state_that_is_not_finite_and_writes_nothing(tmp_path, value):
+    _saved_run(tmp_path, versions=(1,))
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    variable = agent.variables[-1]
+    one_value_off = variable.numpy()
+    one_value_off.flat[0] = value
+    variable.assign(one_value_off)
+    with pytest.raises(
+        checkpoints.NotFiniteError,
+        match=(
+            r"^refusing to checkpoint weight version 2: its state holds values that are not "
+            rf"finite \(1 of \d+ variables, such as {re.escape(variable.name)}\)$"
+        ),
+    ):
+        saver.save(frames=200, version=2)
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+
+
+def test_what_interrupted_saves_left_is_removed_at_the_next_start(tmp_path):
+    """A save killed in the middle leaves TensorFlow's `ckpt-<N>_temp/` folder of shards (17 MB
+    for the issue's network) and temporary files; the next start removes exactly those, and
+    follows no link."""
+    weights = _saved_run(tmp_path, versions=(1, 2))
+    outside = tmp_path.parent / f"{tmp_path.name}_outside"
+    outside.mkdir()
+    (outside / "precious").write_text("not the learner's")
+    # Left by interrupted saves, as TensorFlow and this module name them.
+    interrupted = tmp_path / "ckpt-3_temp"
+    interrupted.mkdir()
+    (interrupted / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"\0" * 4096)
+    (interrupted / "part-00000-of-00001.index").write_bytes(b"\0" * 64)
+    (interrupted / "a_link").symlink_to(outside / "precious")
+    (interrupted / "a_folder_link").symlink_to(outside, target_is_directory=True)
+    for name in ("checkpoint.4242.tmp", "published_version.77.tmp", "ckpt-3.index.tempstate123"):
+        (tmp_path / name).write_text("half")
+    # Of other names or kinds: kept.
+    (tmp_path / "ckpt-4_temp").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "ckpt-5_temp").write_text("a file, not a save's folder")
+    (tmp_path / "ckpt-x_temp").mkdir()
+    (tmp_path / "mine_temp").mkdir()
+    (tmp_path / "checkpoint.tmp").write_text("not a save's")
+    (tmp_path / "notes.txt").write_text("kept")
+
+    agent, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
+    for restored, original in zip(_values(agent.variables), weights[2], strict=True):
+        np.testing.assert_array_equal(restored, original)
+    removed = ["checkpoint.4242.tmp", "ckpt-3.index.tempstate123", "ckpt-3_temp"]
+    removed.append("published_version.77.tmp")
+    assert reports[: len(removed)] == [
+        f"removed {tmp_path / name}, left by an interrupted save" for name in removed
+    ]
+    left = set(os.listdir(tmp_path)) - set(removed)
+    assert not set(removed) & set(os.listdir(tmp_path)) and left <= set(os.listdir(tmp_path))
+    assert {"ckpt-4_temp", "ckpt-5_temp", "ckpt-x_temp", "mine_temp", "checkpoint.tmp"} <= left
+    assert (outside / "precious").read_text() == "not the learner's"
+    assert sorted(os.listdir(outside)) == ["precious"]
+    assert _kept(tmp_path) == [1, 2]
+
+
+def _publish(saver, versions):
+    for version in versions:
+        saver.record_publishing(version)
+
+
+def test_weight_versions_go_on_above_those_published_after_the_last_checkpoint(tmp_path):
+    """A learner killed after its last save had published more versions (with other weights,
+    which actors hold): its next start must not publish those numbers again."""
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    assert saver.restore_latest(lambda line: None) is None and int(saver.version) == 0
+    _publish(saver, range(1, 6))
+    saver.save(frames=500, version=5)
+    _publish(saver, range(6, 13))  # then killed
+
+    _, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-5")
+    assert int(loader.frames) == 500
+    going_on = int(loader.version)
+    assert going_on > 12 + 1  # learners step together: one may have published 13 already
+    assert reports == [
+        f"weight versions up to {going_on - 1} may have been published by an earlier start; "
+        f"going on from {going_on}, not from the checkpoint's 5"
+    ]
+    # Recorded again before the first version of this start is published.
+    assert int((tmp_path / "published_version").read_text()) > going_on
+
+
+def test_after_a_clean_stop_the_weight_versions_go_on_from_the_checkpoints(tmp_path):
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    saver.restore_latest(lambda line: None)
+    _publish(saver, range(1, 6))
+    saver.save(frames=500, version=5)
+    saver.record_stopped(5)
+    _, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-5")
+    assert (int(loader.version), reports) == (5, [])
+
+
+def test_a_start_without_checkpoints_goes_on_above_an_earlier_starts_versions(tmp_path):
+    """A first start killed before its first save had published versions too."""
+    agent, trainer = _trainer(seed=0)
+    saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
+    saver.restore_latest(lambda line: None)
+    _publish(saver, range(1, 41))
+    _, loader = _loader(tmp_path)
+    assert loader.restore_latest(lambda line: None) is None
+    assert int(loader.version) > 41
 
 
 @pytest.mark.parametrize(
@@ -303,7 +494,7 @@ def test_a_state_file_that_cannot_be_read_is_reported_and_the_folder_used(tmp_pa
 
 
 def test_tensorflow_state_files_of_earlier_runs_are_read(tmp_path):
-    _saved_run(tmp_path)
+    _saved_run(tmp_path, versions=(1, 2))
     (tmp_path / "checkpoint").write_text(
         'model_checkpoint_path: "ckpt-2"\n'
         'all_model_checkpoint_paths: "ckpt-1"\n'

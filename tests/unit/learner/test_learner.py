@@ -9,7 +9,7 @@ import sonnet as snt
 import tensorflow as tf
 
 import networks
-from impala import run_tls, trajectory
+from impala import run_tls, trajectory, transport
 from impala.configs import LearnerConfig
 from impala.learner import allreduce, loss, optimise
 from impala.learner import loop as learner_loop
@@ -683,3 +683,128 @@ def test_learner_0_makes_the_tls_bundle_beside_the_secret_and_the_others_read_it
     assert _run_tls(tmp_path, monkeypatch, rank=1)[0] == made
     with pytest.raises(run_tls.TlsError, match="learner 1 holds another TLS bundle than learner 0"):
         _run_tls(tmp_path, monkeypatch, rank=1, chief_digest="0" * 64)
+
+
+# The flags' defaults (PPO's surrogate clipped around the behaviour policy, Adam), three steps a
+# batch, and the paper's preset (V-trace's own policy gradient, RMSProp).
+FLAG_DEFAULTS = LearnerConfig(
+    vtrace_lambda=0.95,
+    normalize_advantages=True,
+    policy_clip=0.1,
+    gradients_clipping=160.0,
+    learning_rate=2.5e-4,
+    optimizer="adam",
+    decay=0.999,
+    epsilon=1e-5,
+    batch_reuse=3,
+)
+PAPER = LearnerConfig()
+
+
+def _behaviour_logits(batch, logit):
+    """`batch` with behaviour logits of -`logit` on the action taken and +`logit` on another:
+    mu(a) is e^(-2 logit) at most, finite numbers all, actions in range."""
+    steps = batch.steps
+    logits = np.full(steps.policy_logits.shape, -logit, np.float32)
+    other = (steps.action + 1) % logits.shape[-1]
+    np.put_along_axis(logits, other[..., None], np.float32(logit), axis=-1)
+    return batch._replace(steps=steps._replace(policy_logits=logits))
+
+
+def _trainer_state(agent, trainer):
+    return [v.numpy().copy() for v in [*agent.variables, *trainer.optimizer.variables]]
+
+
+def _built_trainer(config, every_learner=None):
+    agent = _mlp_agent(seed=7)
+    trainer = optimise.Trainer(agent, config, every_learner=every_learner)
+    trainer.create_optimizer_slots()  # as the learner does, so that their state can be compared
+    return agent, trainer
+
+
+@pytest.mark.parametrize("logit", [1e30, trajectory.MAX_ABS_POLICY_LOGIT, 25.0])
+def test_a_batch_whose_loss_or_gradients_are_not_finite_is_skipped_and_counted(logit):
+    """The issue's attack: behaviour logits of +-1e30. Under the flags' defaults pi / mu =
+    exp(2e30) is inf and, applied, the step made every weight NaN. Within the transport's bound
+    (1e3), and at 25 where only the gradient's norm overflows, the step is not finite either:
+    it is skipped, weights and optimizer state untouched, and counted."""
+    rng = np.random.default_rng(5)
+    sound = _batch(rng, num_steps=20, batch_size=16)
+    agent, trainer = _built_trainer(FLAG_DEFAULTS)
+    before = _trainer_state(agent, trainer)
+    stats = trainer.learn(_behaviour_logits(sound, logit), frames=0)
+    assert stats["skipped_steps"] == 3  # each of the batch's steps
+    assert not np.isfinite(stats["loss/total"]) or not np.isfinite(stats["gradient_norm"])
+    for value, was in zip(_trainer_state(agent, trainer), before, strict=True):
+        np.testing.assert_array_equal(value, was)
+    # The learner goes on: a sound batch trains as before.
+    stats = trainer.learn(sound, frames=0)
+    assert stats["skipped_steps"] == 0 and np.isfinite(stats["loss/total"])
+    after = _trainer_state(agent, trainer)
+    assert all(np.isfinite(value).all() for value in after)
+    assert not np.array_equal(after[0], before[0])
+
+
+def test_finite_steps_are_applied_whatever_the_behaviour_logits():
+    """V-trace uses pi / mu clipped at 1 only, so the paper's loss is finite on the issue's
+    batch: it is applied, as before. The skip is for steps that are not finite, nothing more."""
+    rng = np.random.default_rng(6)
+    batch = _behaviour_logits(_batch(rng, num_steps=20, batch_size=16), 1e30)
+    agent, trainer = _built_trainer(PAPER)
+    before = _trainer_state(agent, trainer)
+    stats = trainer.step(batch, frames=0)
+    assert stats["skipped_steps"] == 0 and np.isfinite(stats["gradient_norm"])
+    after = _trainer_state(agent, trainer)
+    assert all(np.isfinite(value).all() for value in after)
+    assert not np.array_equal(after[0], before[0])
+
+
+def test_a_learner_skips_a_step_another_learner_found_not_finite():
+    """Horovod: each learner's loss is its own; the step is applied only where every learner's
+    is finite (`allreduce.every_learner`), so all skip it together and stay identical. Here the
+    other learners answer that one of theirs was not."""
+    flags = []
+
+    def another_learners_loss_was_not(flag):
+        flags.append(flag)
+        return tf.constant(False)
+
+    rng = np.random.default_rng(8)
+    agent, trainer = _built_trainer(PAPER, every_learner=another_learners_loss_was_not)
+    before = _trainer_state(agent, trainer)
+    assert trainer.step(_batch(rng), frames=0)["skipped_steps"] == 1
+    for value, was in zip(_trainer_state(agent, trainer), before, strict=True):
+        np.testing.assert_array_equal(value, was)
+    assert flags and flags[0].dtype == tf.bool  # asked once as the step was traced
+
+
+class _Games:
+    """A service's `pop_episodes`: games with these returns, 100 frames each."""
+
+    def __init__(self, returns):
+        self._returns = np.asarray(returns, np.float64)
+
+    def pop_episodes(self):
+        count = len(self._returns)
+        return transport.EpisodeBatch(
+            actor_task=np.zeros(count, np.int32),
+            episode_return=self._returns,
+            episode_steps=np.full(count, 25),
+            episode_frames=np.full(count, 100),
+            start_frames=np.full(count, -1),
+        )
+
+
+def test_the_learner_leaves_out_and_counts_games_whose_return_is_absurd(monkeypatch):
+    """The issue's game with a return of 1e30 made `best_mean_return` 5e28 (the transport now
+    refuses it too): the learner's own statistics leave out and count what is not finite or
+    beyond `MAX_ABS_EPISODE_RETURN`."""
+    monkeypatch.setattr(allreduce, "gather_from_learners", lambda values, name: values)
+    counters = learner_loop._Counters()
+    returns = [21.0, 1e30, float("nan"), -float("inf"), -trajectory.MAX_ABS_EPISODE_RETURN]
+    episodes = learner_loop._gather_episodes(_Games(returns), counters)
+    np.testing.assert_array_equal(episodes[:, 0], [21.0, -trajectory.MAX_ABS_EPISODE_RETURN])
+    assert counters.episodes_ignored == 3
+    assert learner_loop._skipped(counters) == ""
+    counters.skipped_steps = 6
+    assert learner_loop._skipped(counters) == " (6 steps skipped: not finite)"
