@@ -112,27 +112,27 @@ class LocalHost(Host):
         os.replace(temporary, path)
 
     def write_secret(self, path: str, secret: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            if run_secret.load(path) == secret:
-                return  # this machine's own copy, the one the frontend made
-        except run_secret.SecretError:
-            pass
-        try:
-            run_secret.write(path, secret)
-        except run_secret.SecretError as error:
-            raise HostError(f"{self.name}: {error}") from None
+        self._write_run_file(
+            path, secret, run_secret.load, run_secret.write, run_secret.SecretError
+        )
 
     def write_tls(self, path: str, bundle: str) -> None:
+        self._write_run_file(
+            path, bundle, lambda p: run_tls.load(p).pem(), run_tls.write, run_tls.TlsError
+        )
+
+    def _write_run_file(self, path: str, content: str, load, write, error_type) -> None:
+        """Writes an owner-only run file (`write`), unless `path` holds `content` already
+        (`load`): this machine's own copy, the one the frontend made."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
-            if run_tls.load(path).pem() == bundle:
-                return  # this machine's own copy, the one the frontend made
-        except run_tls.TlsError:
+            if load(path) == content:
+                return
+        except error_type:
             pass
         try:
-            run_tls.write(path, bundle)
-        except run_tls.TlsError as error:
+            write(path, content)
+        except error_type as error:
             raise HostError(f"{self.name}: {error}") from None
 
 
