@@ -16,7 +16,6 @@ actors play the same environment with the same network.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import sys
@@ -32,123 +31,64 @@ from absl import app
 from absl import logging as absl_logging
 
 from impala import configs, run_folder
-from impala.flags import FLAGS, PRESETS, apply_preset, flag_values
+from impala.flags import FLAGS, PRESETS, apply_preset, config_from_flags, flag_values
 
 # Each role imports its own stack when it runs: an actor or --mode=test never loads Horovod.
 __all__ = ["FLAGS", "PRESETS", "apply_preset", "flag_values", "main"]
 
-
-def frames_flag(name: str) -> int:
-    """A frame-count flag (a float, so that 10e6 is accepted) as a whole number of frames."""
-    value = FLAGS[name].value
-    if not math.isfinite(value) or value != math.floor(value):
-        raise ValueError(f"--{name}={value}: must be a finite, whole number of frames")
-    return int(value)
+# The game settings --mode=test compares with the checkpoint's when they are given.
+_CHECKED_BY_TEST = ("level_name", "frame_skip", "frame_pooling")
+# What a launcher sets for each process itself (its address, task and run secret), in place of
+# the flags' when it checks the run's flags before starting anything.
+_PLACEMENT = {"learner_hosts": ("localhost:1",), "experiment": "", "secret_file": "secret"}
 
 
 def learner_config_from_flags() -> configs.LearnerConfig:
-    return configs.LearnerConfig(
-        batch_size=FLAGS.batch_size,
-        unroll_length=FLAGS.unroll_length,
-        discounting=FLAGS.discounting,
-        vtrace_lambda=FLAGS.vtrace_lambda,
-        normalize_advantages=FLAGS.normalize_advantages,
-        policy_clip=FLAGS.policy_clip,
-        policy_clip_center=FLAGS.policy_clip_center,
-        baseline_cost=FLAGS.baseline_cost,
-        entropy_cost=FLAGS.entropy_cost,
-        entropy_cost_anneal_frames=frames_flag("entropy_cost_anneal_frames"),
-        entropy_cost_final=FLAGS.entropy_cost_final,
-        reward_clipping=FLAGS.reward_clipping,
-        gradients_clipping=FLAGS.gradients_clipping,
-        learning_rate=FLAGS.learning_rate,
-        optimizer=FLAGS.optimizer,
-        decay=FLAGS.decay,
-        momentum=FLAGS.momentum,
-        epsilon=FLAGS.epsilon,
-        total_environment_frames=frames_flag("total_environment_frames"),
-        learning_rate_anneal_frames=frames_flag("learning_rate_anneal_frames"),
-        learning_rate_cooldown_frames=frames_flag("learning_rate_cooldown_frames"),
-        learning_rate_cooldown_fraction=FLAGS.learning_rate_cooldown_fraction,
-        batch_reuse=FLAGS.batch_reuse,
-    )
+    return config_from_flags(configs.LearnerConfig)
+
+
+def game_config_from_flags() -> configs.GameConfig:
+    return config_from_flags(configs.GameConfig)
 
 
 def check_run_flags() -> None:
     """Raises the one-line error a process of the run would give for its flags, for every check
-    that needs no ML stack: the hyperparameters, then the job-level flags of learners and actors
-    (the roles launchers start; --mode=test checks its own). Launchers run
-    it before starting anything. --level_name and --agent_name are left to the processes: only
-    Gymnasium and the networks know which names exist."""
+    that needs no ML stack: the hyperparameters, the game settings, then the job-level flags of
+    learners and actors (the roles launchers start; --mode=test checks its own). Launchers run
+    it before starting anything. Which --level_name and --agent_name exist is left to the
+    processes: only Gymnasium and the networks know."""
     learner = learner_config_from_flags()
-    configs.check_playing_flags(
-        FLAGS.num_action_repeats,
-        FLAGS.seed,
-        FLAGS.repeat_action_probability,
-        FLAGS.frame_skip,
-        FLAGS.frame_pooling,
-    )
-    configs.check_learner_job_flags(
-        FLAGS.queue_capacity,
-        learner.batch_size,
-        FLAGS.keep_checkpoints,
-        FLAGS.save_every_secs,
-        FLAGS.keep_checkpoint_every_frames,
-    )
-    configs.check_actor_job_flags(
-        FLAGS.num_envs_per_actor, FLAGS.connect_timeout_secs, FLAGS.actor_threads
+    game = game_config_from_flags()
+    config_from_flags(configs.LearnerJobConfig, game=game, learner=learner, **_PLACEMENT)
+    config_from_flags(
+        configs.ActorJobConfig,
+        game=game,
+        unroll_length=learner.unroll_length,
+        task=0,
+        learner_hosts=_PLACEMENT["learner_hosts"],
+        secret_file=_PLACEMENT["secret_file"],
     )
 
 
-def local_config_from_flags():
-    """The `single_process.LocalConfig` of --job_name=local."""
-    from impala import single_process
+def local_config_from_flags() -> configs.LocalConfig:
+    """The `LocalConfig` of --job_name=local."""
+    return config_from_flags(
+        configs.LocalConfig, game=game_config_from_flags(), learner=learner_config_from_flags()
+    )
 
-    return single_process.LocalConfig(
-        level_name=FLAGS.level_name,
-        agent_name=FLAGS.agent_name,
-        num_action_repeats=FLAGS.num_action_repeats,
-        repeat_action_probability=FLAGS.repeat_action_probability,
-        frame_skip=FLAGS.frame_skip,
-        frame_pooling=FLAGS.frame_pooling,
-        seed=FLAGS.seed,
+
+def learner_job_config_from_flags() -> configs.LearnerJobConfig:
+    """The `LearnerJobConfig` of --job_name=learner."""
+    return config_from_flags(
+        configs.LearnerJobConfig,
+        game=game_config_from_flags(),
         learner=learner_config_from_flags(),
-    )
-
-
-def learner_job_config_from_flags():
-    """The `learner.loop.LearnerJobConfig` of --job_name=learner."""
-    from impala.learner import loop
-
-    return loop.LearnerJobConfig(
-        level_name=FLAGS.level_name,
-        agent_name=FLAGS.agent_name,
-        learner_hosts=tuple(FLAGS.learner_hosts),
-        num_action_repeats=FLAGS.num_action_repeats,
-        repeat_action_probability=FLAGS.repeat_action_probability,
-        frame_skip=FLAGS.frame_skip,
-        frame_pooling=FLAGS.frame_pooling,
-        seed=FLAGS.seed,
-        learner=learner_config_from_flags(),
-        queue_capacity=FLAGS.queue_capacity,
-        logdir=FLAGS.logdir,
-        experiment=FLAGS.experiment,
-        secret_file=FLAGS.secret_file,
-        transport_tls=FLAGS.transport_tls,
-        private_files=FLAGS.private_run_files,
         flag_values=flag_values(),
-        save_every_secs=FLAGS.save_every_secs,
-        keep_checkpoints=FLAGS.keep_checkpoints,
-        keep_checkpoint_every_frames=FLAGS.keep_checkpoint_every_frames,
-        summary_histograms=FLAGS.summary_histograms,
     )
 
 
-def evaluation_config_from_flags():
-    """The `evaluation.EvalConfig` of --mode=test."""
-    # Imported here: only --mode=test needs OpenCV and the rendering environments.
-    from impala import evaluation
-
+def evaluation_config_from_flags() -> configs.EvalConfig:
+    """The `EvalConfig` of --mode=test."""
     checkpoint = FLAGS.checkpoint
     if not checkpoint:
         if not (FLAGS.logdir and FLAGS.experiment):
@@ -157,46 +97,28 @@ def evaluation_config_from_flags():
                 "and --experiment naming the run"
             )
         checkpoint = run_folder.path(FLAGS.logdir, FLAGS.experiment)
-    return evaluation.EvalConfig(
+    return config_from_flags(
+        configs.EvalConfig,
         checkpoint=checkpoint,
-        num_episodes=FLAGS.test_num_episodes,
-        policy=FLAGS.test_policy,
-        record_video=FLAGS.record_video,
-        video_dir=FLAGS.video_dir,
-        seed=FLAGS.seed,
+        game=game_config_from_flags(),
         # Given explicitly, they must match the checkpoint's; otherwise it says what it is.
-        level_name=FLAGS.level_name if FLAGS["level_name"].present else None,
+        given=tuple(name for name in _CHECKED_BY_TEST if FLAGS[name].present),
         agent_name=FLAGS.agent_name if FLAGS["agent_name"].present else None,
-        frame_skip=FLAGS.frame_skip,
-        frame_pooling=FLAGS.frame_pooling if FLAGS["frame_pooling"].present else None,
     )
 
 
-def actor_job_config_from_flags():
-    """The `actor.loop.ActorJobConfig` of --job_name=actor."""
-    from impala.actor import loop
-
+def actor_job_config_from_flags() -> configs.ActorJobConfig:
+    """The `ActorJobConfig` of --job_name=actor."""
     if FLAGS.actor_hosts and not 0 <= FLAGS.task < len(FLAGS.actor_hosts):
         raise ValueError(
             f"--task={FLAGS.task}: out of range for {len(FLAGS.actor_hosts)} --actor_hosts"
         )
-    learner_config_from_flags()  # validates the shared hyperparameters here too
-    return loop.ActorJobConfig(
-        level_name=FLAGS.level_name,
-        agent_name=FLAGS.agent_name,
-        task=FLAGS.task,
-        learner_hosts=tuple(FLAGS.learner_hosts),
-        num_envs=FLAGS.num_envs_per_actor,
-        threads=FLAGS.actor_threads,
-        unroll_length=FLAGS.unroll_length,
-        num_action_repeats=FLAGS.num_action_repeats,
-        repeat_action_probability=FLAGS.repeat_action_probability,
-        frame_skip=FLAGS.frame_skip,
-        frame_pooling=FLAGS.frame_pooling,
-        seed=FLAGS.seed,
-        connect_timeout_secs=FLAGS.connect_timeout_secs,
+    learner = learner_config_from_flags()  # validates the shared hyperparameters here too
+    return config_from_flags(
+        configs.ActorJobConfig,
+        game=game_config_from_flags(),
+        unroll_length=learner.unroll_length,
         secret_file=actor_secret_file(),
-        transport_tls=FLAGS.transport_tls,
     )
 
 

@@ -7,7 +7,7 @@ them here, so that they see the same game the same way and the same network.
 from __future__ import annotations
 
 import networks
-from impala import envs
+from impala import configs, envs
 
 
 def environment(
@@ -35,6 +35,12 @@ def environment(
     )
 
 
+def game_environment(game: configs.GameConfig, num_envs: int, seed: int) -> envs.VectorEnvironment:
+    """`num_envs` environments of the run's `game` as training sees them, environment i seeded
+    `seed + i`; ValueError names a bad flag."""
+    return envs.make_environment(envs.EnvConfig.for_game(game, num_envs, seed))
+
+
 def agent(agent_name: str, env: envs.VectorEnvironment) -> networks.Agent:
     """The network `agent_name` for `env`'s actions and observations, its variables created."""
     return agent_for(agent_name, env.num_actions, env.observation_shape, env.observation_dtype)
@@ -51,25 +57,11 @@ def agent_for(
 
 
 def environment_and_agent(
-    level_name: str,
-    agent_name: str,
-    num_envs: int,
-    seed: int = 0,
-    num_action_repeats: int = 1,
-    repeat_action_probability: float = 0.0,
-    frame_skip: int = 0,
-    frame_pooling: str = "max",
+    game: configs.GameConfig, agent_name: str, num_envs: int, seed: int
 ) -> tuple[envs.VectorEnvironment, networks.Agent]:
-    """Both of the above; the environments are closed again if the agent cannot be built."""
-    env = environment(
-        level_name,
-        num_envs,
-        seed,
-        num_action_repeats,
-        repeat_action_probability,
-        frame_skip,
-        frame_pooling,
-    )
+    """`game_environment` and `agent`; the environments are closed again if the agent cannot
+    be built."""
+    env = game_environment(game, num_envs, seed)
     try:
         return env, agent(agent_name, env)
     except BaseException:

@@ -2,7 +2,7 @@
 
     mpirun -np 2 python -m tests.two_learners_step OUT_DIR
 
-Each rank builds the learner's network and `Trainer` as `impala/learner/loop.py` does (Horovod's
+Each rank builds the learner's network and `Trainer` as `impala/learner/start.py` does (Horovod's
 tape, `allreduce.every_learner`, rank 0's weights and optimizer state broadcast), then takes
 one `learn` call on a batch of its own in each scenario, and writes what it saw to
 OUT_DIR/rank_<rank>.json: {scenario: {skipped_steps, unchanged, finite, sha256}}.
@@ -27,18 +27,9 @@ from impala.configs import LearnerConfig
 from impala.learner import allreduce, optimise, saving
 from impala.trajectory import Steps
 
-# The flags' defaults: PPO's surrogate clipped around the behaviour policy, Adam.
-CONFIG = LearnerConfig(
-    vtrace_lambda=0.95,
-    normalize_advantages=True,
-    policy_clip=0.1,
-    gradients_clipping=160.0,
-    learning_rate=2.5e-4,
-    optimizer="adam",
-    decay=0.999,
-    epsilon=1e-5,
-    batch_reuse=2,
-)
+# The flags' defaults (PPO's surrogate clipped around the behaviour policy, Adam), two steps a
+# batch.
+CONFIG = LearnerConfig(batch_reuse=2)
 NUM_ACTIONS, OBSERVATION_SIZE = 3, 4
 
 

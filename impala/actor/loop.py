@@ -18,64 +18,9 @@ import tensorflow as tf
 
 from impala import build, run_secret, run_tls, transport
 from impala.actor.actor import Actor
-from impala.configs import check_actor_job_flags, check_learner_hosts, check_playing_flags
+from impala.configs import ActorJobConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class ActorJobConfig:
-    """Everything an actor process needs.
-
-    Attributes:
-      task: this actor's index among all actors.
-      learner_hosts: "host:port" of every learner; this actor talks to learner task mod L.
-      num_envs: environments stepped together by this actor.
-      threads: TensorFlow's threads inside one op (intra-op) in this process.
-      connect_timeout_secs: how long to wait for the learner to come up.
-      secret_file: holds the run secret (`impala/run_secret.py`), a copy of the learner's.
-      transport_tls: connect over mutual TLS with the run's TLS bundle (`impala/run_tls.py`),
-        the `tls.pem` beside `secret_file`, a copy of the learner's.
-      repeat_action_probability: Atari's sticky actions in this actor's games (0: none).
-      frame_skip: Atari's frame skip (0: 4); the learner compares it, as frames per step.
-      frame_pooling: the frame an Atari step shows ("max" or "last"); the learner compares it.
-    """
-
-    level_name: str
-    agent_name: str
-    task: int
-    learner_hosts: tuple[str, ...]
-    num_envs: int = 1
-    threads: int = 1
-    unroll_length: int = 20
-    num_action_repeats: int = 1
-    repeat_action_probability: float = 0.0
-    frame_skip: int = 0
-    frame_pooling: str = "max"
-    seed: int = 0
-    connect_timeout_secs: float = 600.0
-    secret_file: str = ""
-    transport_tls: bool = False
-
-    def __post_init__(self):
-        if self.task < 0:
-            raise ValueError(f"--task={self.task}: must be >= 0")
-        check_learner_hosts(self.learner_hosts)
-        check_playing_flags(
-            self.num_action_repeats,
-            self.seed,
-            self.repeat_action_probability,
-            self.frame_skip,
-            self.frame_pooling,
-        )
-        check_actor_job_flags(self.num_envs, self.connect_timeout_secs, self.threads)
-        if not self.secret_file:
-            raise ValueError(
-                "--secret_file: an actor needs the run secret: the learner's run folder has "
-                "it (<logdir>/<experiment>/secret), copy it owner-only and name it here"
-            )
-
-    @property
-    def learner_address(self) -> str:
-        return self.learner_hosts[self.task % len(self.learner_hosts)]
+__all__ = ["ActorJobConfig", "derived_seeds", "run"]
 
 
 def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) -> int:
@@ -84,19 +29,12 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
     tls = _read_tls(config, report) if config.transport_tls else None
     # Before TensorFlow runs anything: its thread pools are made once, at its first op.
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
-    env_seed, sampling_seed = derived_seeds(config.seed, config.task, config.num_envs)
-    with build.environment(
-        config.level_name,
-        config.num_envs,
-        env_seed,
-        num_action_repeats=config.num_action_repeats,
-        repeat_action_probability=config.repeat_action_probability,
-        frame_skip=config.frame_skip,
-        frame_pooling=config.frame_pooling,
-    ) as env:
+    game = config.game
+    env_seed, sampling_seed = derived_seeds(game.seed, config.task, config.num_envs)
+    with build.game_environment(game, config.num_envs, env_seed) as env:
         agent = build.agent(config.agent_name, env)
         spec, identity = transport.describe(
-            env, agent, config.unroll_length, config.level_name, config.num_action_repeats
+            env, agent, config.unroll_length, game.level_name, game.num_action_repeats
         )
         actor = Actor(env, agent, config.unroll_length, seed=sampling_seed)
         counts = _Counts()

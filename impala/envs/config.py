@@ -18,6 +18,7 @@ import numpy as np
 # `EnvConfig.frame_skip` says otherwise; `num_action_repeats` multiplies it.
 from impala.configs import (
     ATARI_FRAME_SKIP,
+    GameConfig,
     check_frame_pooling,
     check_frame_skip,
     check_repeat_action_probability,
@@ -125,6 +126,13 @@ class EnvConfig:
             )
         # A private copy keeps the frozen config immune to later edits by the caller.
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+
+    @classmethod
+    def for_game(cls, game: GameConfig, num_envs: int, seed: int, **options: Any) -> EnvConfig:
+        """`num_envs` environments of the run's `game`, environment i seeded `seed + i` (each
+        role derives its own from the run's `game.seed`); `options` sets the other fields."""
+        settings = {field.name: getattr(game, field.name) for field in dataclasses.fields(game)}
+        return cls(**{**settings, "num_envs": num_envs, "seed": seed, **options})
 
     @property
     def atari_frames_per_step(self) -> int:

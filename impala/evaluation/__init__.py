@@ -16,7 +16,8 @@ temporary name and renamed when its game is over: an interrupted evaluation leav
 half-written MP4 under a final name.
 
 The package: `restore` finds, checks and restores the checkpoint; `play` plays the games;
-`video` writes them as MP4s; here are the options, the result and `run`, which joins them.
+`video` writes them as MP4s; here are the result and `run`, which joins them. The options,
+`EvalConfig`, are in `impala/configs/roles.py`, with every setting.
 """
 
 from __future__ import annotations
@@ -24,23 +25,23 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from impala import configs, envs
+from impala import envs
+from impala.configs import POLICIES, EvalConfig
 from impala.evaluation.play import Game, Policy, play, sample_actions, score_text
 from impala.evaluation.restore import (
     check_environment,
     check_identity,
     environment_config,
+    read_counters,
     read_identity,
     resolve_checkpoint,
     restore_agent,
     run_folder_of,
 )
 from impala.evaluation.video import Video, make_folder
-from impala.learner import checkpoints
 
 __all__ = [
     "MAX_PARALLEL_GAMES",
@@ -61,65 +62,8 @@ __all__ = [
     "sample_actions",
 ]
 
-POLICIES = ("sample", "greedy")
 # Environments stepped together; more games are played in rounds.
 MAX_PARALLEL_GAMES = 16
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-    """What to evaluate and how.
-
-    Attributes:
-      checkpoint: a run folder (its latest checkpoint), its `checkpoints/` folder (its
-        latest) or one checkpoint such as `runs/pong/checkpoints/ckpt-25`.
-      num_episodes: whole games to play.
-      policy: "sample" (from the policy's softmax) or "greedy" (its most likely action).
-      record_video: write one MP4 per game.
-      video_dir: where the MP4s go; '' for `<run folder>/videos`, the run folder being the
-        one that holds the checkpoint's `checkpoints/` folder.
-      seed: game k (from 0) is seeded `seed + k`; action sampling is seeded `seed`.
-      level_name, agent_name: None to play what the checkpoint holds; given, they must
-        match it.
-      frame_skip: 0 to play with the checkpoint's; given, it must match it.
-      frame_pooling: None to play with the checkpoint's; given, it must match it.
-    """
-
-    checkpoint: str
-    num_episodes: int = 10
-    policy: str = "sample"
-    record_video: bool = False
-    video_dir: str = ""
-    seed: int = 0
-    level_name: str | None = None
-    agent_name: str | None = None
-    frame_skip: int = 0
-    frame_pooling: str | None = None
-
-    def __post_init__(self):
-        if not isinstance(self.checkpoint, str) or not self.checkpoint:
-            raise ValueError("--checkpoint is empty: give a run folder or a checkpoint")
-        if not _is_int(self.num_episodes):
-            raise ValueError(f"--test_num_episodes={self.num_episodes!r}: must be an int")
-        configs.check_test_flags(self.num_episodes)
-        if self.policy not in POLICIES:
-            raise ValueError(f"--test_policy={self.policy!r}: must be 'sample' or 'greedy'")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"--seed={self.seed!r}: must be an int >= 0")
-        if not isinstance(self.record_video, bool):
-            raise ValueError(f"--record_video={self.record_video!r}: must be True or False")
-        if not isinstance(self.video_dir, str):
-            raise ValueError(f"--video_dir={self.video_dir!r}: must be a folder path or ''")
-        for flag, value in (("level_name", self.level_name), ("agent_name", self.agent_name)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"--{flag}={value!r}: must be a name, or left out")
-        configs.check_frame_skip(self.frame_skip)
-        if self.frame_pooling is not None:
-            configs.check_frame_pooling(self.frame_pooling)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,10 +147,10 @@ def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult
     identity = read_identity(path)
     check_identity(identity, config, path)
     agent = restore_agent(path, identity)
+    frames, version = read_counters(path)
     report(
         f"checkpoint {path}: {identity['level_name']} with {identity['agent_name']}, "
-        f"{checkpoints.read_counter(path, 'frames'):,} frames, weight version "
-        f"{checkpoints.read_counter(path, 'version')}"
+        f"{frames:,} frames, weight version {version}"
     )
     video_dir = None
     if config.record_video:
@@ -215,7 +159,7 @@ def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult
             run_folder_of(path), "videos", os.path.basename(path)
         )
         make_folder(video_dir)
-    policy = Policy(agent, greedy=config.policy == "greedy", seed=config.seed)
+    policy = Policy(agent, greedy=config.policy == "greedy", seed=config.game.seed)
     report(
         f"playing {config.num_episodes} games ({_POLICY_WORDS[config.policy]}), "
         f"{min(config.num_episodes, MAX_PARALLEL_GAMES)} at a time"
@@ -223,7 +167,7 @@ def run(config: EvalConfig, report: Callable[[str], None] = print) -> EvalResult
     games: list[Game] = []
     for first in range(0, config.num_episodes, MAX_PARALLEL_GAMES):
         num_games = min(MAX_PARALLEL_GAMES, config.num_episodes - first)
-        env_config = environment_config(identity, num_games, seed=config.seed + first)
+        env_config = environment_config(identity, num_games, seed=config.game.seed + first)
         render = video_dir is not None
         with envs.make_evaluation_environment(env_config, render=render) as env:
             check_environment(env, identity, path)

@@ -3,6 +3,7 @@ and the skip of a step whose loss or gradients are not finite."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 import networks
 from impala.configs import LearnerConfig
+from impala.configs.declare import check_setting
 from impala.learner.loss import compute_loss
 from impala.trajectory import Batch
 
@@ -21,31 +23,32 @@ def _linear(start: float, end: float, frames: int | tf.Tensor, horizon: int) -> 
     return tf.cast(start * (1.0 - done) + end * done, tf.float32)
 
 
-def annealed_learning_rate(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
-    """The learning rate: `learning_rate` falling linearly to 0 at `learning_rate_anneal_frames`
-    frames, or at the frame budget if that is later (or the anneal's frames are 0), over the last
-    `learning_rate_cooldown_frames` of them only if that is set (else over the share
-    `learning_rate_cooldown_fraction` of them if that is), holding at `learning_rate` before;
-    else over all of them. A run never trains on at a rate of 0."""
+def annealed_learning_rate(
+    config: LearnerConfig, frames: int | tf.Tensor, learning_rate: float | None = None
+) -> tf.Tensor:
+    """The learning rate: `learning_rate` (default: the config's) falling linearly to 0 at
+    `learning_rate_anneal_frames` frames, or at the frame budget if that is later (or the
+    anneal's frames are 0), over the last `learning_rate_cooldown_frames` of them only if that is
+    set (else over the share `learning_rate_cooldown_fraction` of them if that is), holding at
+    `learning_rate` before; else over all of them. A run never trains on at a rate of 0."""
+    base = config.learning_rate if learning_rate is None else learning_rate
     horizon, cooldown = config.learning_rate_horizon, config.learning_rate_cooldown
     if cooldown == 0 or cooldown >= horizon:
-        return _linear(config.learning_rate, 0.0, frames, horizon)
+        return _linear(base, 0.0, frames, horizon)
     into_cooldown = tf.maximum(tf.cast(frames, tf.float64) - float(horizon - cooldown), 0.0)
-    return _linear(config.learning_rate, 0.0, into_cooldown, cooldown)
+    return _linear(base, 0.0, into_cooldown, cooldown)
 
 
-def scheduled_entropy_cost(config: LearnerConfig, frames: int | tf.Tensor) -> tf.Tensor:
-    """The entropy bonus's weight: `entropy_cost` moving linearly to `entropy_cost_final` over
-    `entropy_cost_anneal_frames` frames, then `entropy_cost_final`; `entropy_cost` throughout
-    if that is 0."""
+def scheduled_entropy_cost(
+    config: LearnerConfig, frames: int | tf.Tensor, entropy_cost: float | None = None
+) -> tf.Tensor:
+    """The entropy bonus's weight: `entropy_cost` (default: the config's) moving linearly to
+    `entropy_cost_final` over `entropy_cost_anneal_frames` frames, then `entropy_cost_final`;
+    `entropy_cost` throughout if that is 0."""
+    base = config.entropy_cost if entropy_cost is None else entropy_cost
     if config.entropy_cost_anneal_frames == 0:
-        return tf.constant(config.entropy_cost, tf.float32)
-    return _linear(
-        config.entropy_cost,
-        config.entropy_cost_final,
-        frames,
-        config.entropy_cost_anneal_frames,
-    )
+        return tf.constant(base, tf.float32)
+    return _linear(base, config.entropy_cost_final, frames, config.entropy_cost_anneal_frames)
 
 
 def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Optimizer:
@@ -71,8 +74,21 @@ TapeWrapper = Callable[[tf.GradientTape], Any]
 FlagReducer = Callable[[tf.Tensor], tf.Tensor]
 
 
+@dataclasses.dataclass(frozen=True)
+class Hyperparameters:
+    """The settings a learner may change while a run goes (population-based training): the
+    base values its learning-rate and entropy schedules start from."""
+
+    learning_rate: float
+    entropy_cost: float
+
+
 class Trainer:
     """Owns the optimiser and performs IMPALA optimisation steps on one agent.
+
+    The schedules start from `hyperparameters`, the config's until `set_hyperparameters`
+    changes them; the step reads their values from variables, so that a change takes effect
+    at the next step without tracing it again.
 
     A step whose loss or gradients are not finite is skipped: neither the weights nor the
     optimiser's state change, and the step is counted (`skipped_steps`). Applied, it would make
@@ -102,6 +118,8 @@ class Trainer:
         self._config = config
         self._wrap_tape = wrap_tape or (lambda tape: tape)
         self._every_learner = every_learner or (lambda flag: flag)
+        self.hyperparameters = Hyperparameters(config.learning_rate, config.entropy_cost)
+        # The schedules' values at the step under way, which the step reads.
         self.learning_rate = tf.Variable(config.learning_rate, trainable=False, dtype=tf.float32)
         self.optimizer = make_optimizer(config, self.learning_rate)
         self.entropy_cost = tf.Variable(config.entropy_cost, trainable=False, dtype=tf.float32)
@@ -119,6 +137,19 @@ class Trainer:
         self.learning_rate.assign(0.0)
         self.optimizer.apply(zeros, self._agent.trainable_variables)
         self.learning_rate.assign(saved_lr)
+
+    def set_hyperparameters(self, **changes: float) -> None:
+        """Changes the base values the schedules start from (`Hyperparameters`' fields), from
+        the next step on, without rebuilding the config or tracing the step again.
+
+        Raises:
+          ValueError: the one-line error `LearnerConfig` gives for a bad value, naming its flag.
+          TypeError: a name that is not one of `Hyperparameters`' fields.
+        """
+        changed = dataclasses.replace(self.hyperparameters, **changes)
+        for name, value in changes.items():
+            check_setting(LearnerConfig, name, value)
+        self.hyperparameters = changed
 
     def learn(self, batch: Batch, frames: int) -> dict[str, float]:
         """`config.batch_reuse` optimisation steps on `batch`, at `frames` frames into training.
@@ -143,8 +174,9 @@ class Trainer:
         return self._optimise(batch, frames, 1)
 
     def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
-        self.learning_rate.assign(annealed_learning_rate(self._config, frames))
-        self.entropy_cost.assign(scheduled_entropy_cost(self._config, frames))
+        base = self.hyperparameters
+        self.learning_rate.assign(annealed_learning_rate(self._config, frames, base.learning_rate))
+        self.entropy_cost.assign(scheduled_entropy_cost(self._config, frames, base.entropy_cost))
         batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
         # The learner's policy as the batch arrived: the first step's, before its update.
         proximal_logits = None

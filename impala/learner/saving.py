@@ -25,7 +25,7 @@ def make_run_folder(config, topology) -> str:
     if not name:
         # Horovod: every learner writes into the folder rank 0 named, whatever its clock says.
         name = allreduce.broadcast_object_from_chief(
-            run_folder.default_name(config.level_name) if topology.is_chief else None
+            run_folder.default_name(config.game.level_name) if topology.is_chief else None
         )
     run_dir = run_folder.path(config.logdir, name)
     os.makedirs(run_dir, exist_ok=True)

@@ -21,8 +21,8 @@ def test_sticky_actions_reach_the_actors_and_the_single_process_trainer():
         experiment.apply_preset()
         actor = experiment.actor_job_config_from_flags()
         local = experiment.local_config_from_flags()
-    assert actor.repeat_action_probability == 0.25
-    assert local.repeat_action_probability == 0.25
+    assert actor.game.repeat_action_probability == 0.25
+    assert local.game.repeat_action_probability == 0.25
 
 
 def _roles(*argv):
@@ -63,14 +63,27 @@ def test_private_run_files_reach_the_learners_and_are_the_default():
 
 
 def test_the_frame_skip_reaches_every_role_and_the_evaluation():
-    assert [config.frame_skip for config in _roles("--frame_skip=3")] == [3, 3, 3, 3]
+    assert [config.game.frame_skip for config in _roles("--frame_skip=3")] == [3, 3, 3, 3]
 
 
 def test_the_frame_pooling_reaches_every_role_and_the_evaluation():
-    given = _roles("--frame_pooling=last")
-    assert [config.frame_pooling for config in given] == ["last"] * 4
-    # Not given, --mode=test plays with the checkpoint's (None), training with the default.
-    assert [config.frame_pooling for config in _roles()] == ["max", "max", "max", None]
+    *training, evaluation = _roles("--frame_pooling=last")
+    assert [config.game.frame_pooling for config in training] == ["last"] * 3
+    assert evaluation.game.frame_pooling == "last" and evaluation.given == ("frame_pooling",)
+    # Not given, --mode=test plays with the checkpoint's, training with the default.
+    *training, evaluation = _roles()
+    assert [config.game.frame_pooling for config in training] == ["max"] * 3
+    assert evaluation.given == ()
+
+
+def test_every_role_holds_the_game_the_flags_give():
+    argv = ("--level_name=CartPole-v1", "--num_action_repeats=2", "--seed=7", "--frame_skip=0")
+    *training, evaluation = _roles(*argv)
+    game = training[0].game
+    assert (game.level_name, game.num_action_repeats, game.seed) == ("CartPole-v1", 2, 7)
+    assert all(config.game == game for config in [*training, evaluation])
+    # Given, they are checked against the checkpoint's (a --frame_skip of 0 says "its own").
+    assert evaluation.given == ("level_name", "frame_skip")
 
 
 def test_without_the_flag_there_are_no_sticky_actions():
@@ -78,5 +91,5 @@ def test_without_the_flag_there_are_no_sticky_actions():
         FLAGS.unparse_flags()
         FLAGS(["experiment.py"])
         experiment.apply_preset()
-        assert experiment.local_config_from_flags().repeat_action_probability == 0.0
-        assert experiment.local_config_from_flags().frame_skip == 0  # Atari's 4
+        assert experiment.local_config_from_flags().game.repeat_action_probability == 0.0
+        assert experiment.local_config_from_flags().game.frame_skip == 0  # Atari's 4

@@ -1,12 +1,12 @@
 """--job_name=local: the actor and the learner in one process, taking turns."""
 
 from impala import single_process
-from impala.configs import LearnerConfig
+from impala.configs import GameConfig, LearnerConfig
 
 
 def test_trains_to_its_budget_and_reports_the_games_played():
     config = single_process.LocalConfig(
-        level_name="impala/Catch-v0",
+        game=GameConfig(level_name="impala/Catch-v0"),
         agent_name="MLPAgent",
         log_every_secs=0.0,
         learner=LearnerConfig(
@@ -31,10 +31,10 @@ def test_trains_to_its_budget_and_reports_the_games_played():
 
 def test_plays_with_the_sticky_actions_and_frame_skip_it_is_given():
     config = single_process.LocalConfig(
-        level_name="PongNoFrameskip-v4",
+        game=GameConfig(
+            level_name="PongNoFrameskip-v4", repeat_action_probability=0.25, frame_skip=3
+        ),
         agent_name="MLPAgent",
-        repeat_action_probability=0.25,
-        frame_skip=3,
         learner=LearnerConfig(batch_size=2),
     )
     env, _ = single_process.build(config)

@@ -1,5 +1,6 @@
 """The actor's unrolls: overlap by one step, episode resets, carried core state, weight versions."""
 
+import dataclasses
 import itertools
 import os
 import re
@@ -12,6 +13,7 @@ import networks
 from impala import envs, run_secret, run_tls
 from impala.actor import loop as actor_loop
 from impala.actor.actor import Actor
+from impala.configs import GameConfig
 
 VECTOR_SHAPE = (16,)
 
@@ -157,18 +159,27 @@ class _FakeTime:
         self.actions.append((due, action))
 
 
+_GAME_SETTINGS = {field.name for field in dataclasses.fields(GameConfig)}
+
+
+def _actor_job(**settings) -> actor_loop.ActorJobConfig:
+    """An actor's job config for the counter game with these job and game settings."""
+    game = {name: value for name, value in settings.items() if name in _GAME_SETTINGS}
+    job = {name: value for name, value in settings.items() if name not in _GAME_SETTINGS}
+    return actor_loop.ActorJobConfig(
+        game=GameConfig(**{"level_name": envs.COUNTER_LEVEL, **game}),
+        agent_name="MLPAgent",
+        unroll_length=20,
+        **job,
+    )
+
+
 def test_an_actor_waiting_for_the_run_secret_says_so_once_then_every_30_s(tmp_path, monkeypatch):
     clock = _FakeTime()
     monkeypatch.setattr(actor_loop, "time", clock)
     path = str(tmp_path / "secret")
     clock.at(65.0, lambda: run_secret.create(path))  # the learner writes it after 65 s
-    config = actor_loop.ActorJobConfig(
-        level_name=envs.COUNTER_LEVEL,
-        agent_name="MLPAgent",
-        task=2,
-        learner_hosts=("localhost:1",),
-        secret_file=path,
-    )
+    config = _actor_job(task=2, learner_hosts=("localhost:1",), secret_file=path)
     reports = []
     assert actor_loop._read_secret(config, reports.append) == run_secret.load(path)
     assert reports == [f"actor 2: waiting for the run secret at {path}"] * 3  # at 0, 30, 60 s
@@ -181,9 +192,7 @@ def test_an_actor_waits_for_the_tls_bundle_beside_its_secret_but_not_for_a_bad_o
     monkeypatch.setattr(actor_loop, "time", clock)
     path = str(tmp_path / run_tls.FILE_NAME)
     clock.at(35.0, lambda: run_tls.create(path))  # the learner writes it after 35 s
-    config = actor_loop.ActorJobConfig(
-        level_name=envs.COUNTER_LEVEL,
-        agent_name="MLPAgent",
+    config = _actor_job(
         task=2,
         learner_hosts=("localhost:1",),
         secret_file=str(tmp_path / "secret"),
@@ -216,14 +225,7 @@ def test_an_actor_waits_for_the_tls_bundle_beside_its_secret_but_not_for_a_bad_o
 def test_an_actor_refuses_its_job_flags_in_the_launchers_line(field, value, message):
     # The actor's own check, for an actor started by hand: the launchers give the same line.
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        actor_loop.ActorJobConfig(
-            level_name=envs.COUNTER_LEVEL,
-            agent_name="MLPAgent",
-            task=0,
-            learner_hosts=("localhost:8001",),
-            secret_file="secret",
-            **{field: value},
-        )
+        _actor_job(secret_file="secret", **{field: value})
 
 
 def test_the_actors_time_split_takes_the_wait_for_room_out_of_sending():

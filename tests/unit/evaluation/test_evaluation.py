@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import networks
 from impala import evaluation
+from impala.configs import GameConfig
 from impala.envs import (
     COUNTER_LEVEL,
     EnvConfig,
@@ -24,6 +25,15 @@ from impala.learner import checkpoints
 from tests.videos import check_video
 
 BREAKOUT = "BreakoutNoFrameskip-v4"
+_GAME_SETTINGS = {field.name for field in dataclasses.fields(GameConfig)}
+
+
+def _eval_config(checkpoint: str, **options) -> EvalConfig:
+    """--mode=test's config with these options, its game settings given as on the command
+    line."""
+    game = {name: value for name, value in options.items() if name in _GAME_SETTINGS}
+    others = {name: value for name, value in options.items() if name not in _GAME_SETTINGS}
+    return EvalConfig(checkpoint=checkpoint, game=GameConfig(**game), given=tuple(game), **others)
 
 
 def _random_play(env, num_steps: int, seed: int = 0) -> list[StepOutput]:
@@ -250,7 +260,7 @@ def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
 ):
     run_dir, _ = cartpole_run
     with pytest.raises(ValueError) as error:
-        evaluation.run(EvalConfig(checkpoint=run_dir, **option), report=lambda line: None)
+        evaluation.run(_eval_config(run_dir, **option), report=lambda line: None)
     saved = {
         "level_name": "CartPole-v1",
         "agent_name": "MLPAgent",
@@ -269,13 +279,13 @@ def test_another_game_or_network_than_the_checkpoints_is_refused_naming_both(
 )
 def test_an_atari_checkpoints_frame_skip_is_the_one_accepted(identity, accepted, refused):
     identity = {"level_name": BREAKOUT, **identity}
-    evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_skip=accepted), "c")
+    evaluation.check_identity(identity, _eval_config("c", frame_skip=accepted), "c")
     evaluation.check_identity(identity, EvalConfig(checkpoint="c"), "c")  # 0: the checkpoint's
     with pytest.raises(
         ValueError,
         match=rf"^--frame_skip={refused} differs from the checkpoint's {accepted} \(c\); leave",
     ):
-        evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_skip=refused), "c")
+        evaluation.check_identity(identity, _eval_config("c", frame_skip=refused), "c")
 
 
 @pytest.mark.parametrize(
@@ -308,14 +318,14 @@ def test_games_are_played_with_the_checkpoints_frame_pooling(identity, frame_poo
     with make_evaluation_environment(config) as env:
         assert env.frame_pooling == frame_pooling
     evaluation.check_identity(identity, EvalConfig(checkpoint="c"), "c")  # None: the checkpoint's
-    same = EvalConfig(checkpoint="c", frame_pooling=frame_pooling)
+    same = _eval_config("c", frame_pooling=frame_pooling)
     evaluation.check_identity(identity, same, "c")
     other = "max" if frame_pooling == "last" else "last"
     with pytest.raises(
         ValueError,
         match=rf"^--frame_pooling={other} differs from the checkpoint's {frame_pooling} \(c\);",
     ):
-        evaluation.check_identity(identity, EvalConfig(checkpoint="c", frame_pooling=other), "c")
+        evaluation.check_identity(identity, _eval_config("c", frame_pooling=other), "c")
 
 
 def test_restores_every_weight_of_the_checkpoint_it_names(cartpole_run):
@@ -349,7 +359,7 @@ def test_a_checkpoint_without_the_networks_weights_is_refused(tmp_path):
 )
 def test_bad_options_name_the_flag(option, flag):
     with pytest.raises(ValueError, match=f"^{flag}"):
-        EvalConfig(**{"checkpoint": "runs/x", **option})
+        _eval_config(**{"checkpoint": "runs/x", **option})
 
 
 # --------------------------------------------------------------------------- #
@@ -361,7 +371,7 @@ def test_each_game_is_played_whole_with_its_own_seed_however_many_at_once(
     cartpole_run, monkeypatch
 ):
     run_dir, _ = cartpole_run
-    config = EvalConfig(checkpoint=run_dir, num_episodes=3, policy="greedy", seed=5)
+    config = _eval_config(run_dir, num_episodes=3, policy="greedy", seed=5)
     lines = []
     together = evaluation.run(config, report=lines.append)
     monkeypatch.setattr(evaluation, "MAX_PARALLEL_GAMES", 2)
@@ -371,7 +381,7 @@ def test_each_game_is_played_whole_with_its_own_seed_however_many_at_once(
     # CartPole: one frame per step, a reward of 1 per step.
     assert all(game.frames == game.steps == game.score for game in together.games)
     one = evaluation.run(
-        EvalConfig(checkpoint=run_dir, num_episodes=1, policy="greedy", seed=6), lambda line: None
+        _eval_config(run_dir, num_episodes=1, policy="greedy", seed=6), lambda line: None
     )
     # Game 2 is seeded 5 + 1.
     assert (one.games[0].score, one.games[0].steps) == (
@@ -398,7 +408,7 @@ def test_each_game_is_played_whole_with_its_own_seed_however_many_at_once(
 
 def test_sampled_games_are_seeded_game_by_game(cartpole_run):
     run_dir, _ = cartpole_run
-    config = EvalConfig(checkpoint=run_dir, num_episodes=3, policy="sample", seed=1)
+    config = _eval_config(run_dir, num_episodes=3, policy="sample", seed=1)
     first, again = (evaluation.run(config, report=lambda line: None) for _ in range(2))
     assert first.games == again.games
     # Game k plays the same however many games are played with it.
@@ -440,7 +450,7 @@ def test_a_recurrent_agent_carries_its_state_and_resets_it_where_a_game_starts()
 def test_cartpole_games_are_recorded_at_their_real_speed(cartpole_run, tmp_path):
     run_dir, _ = cartpole_run
     video_dir = str(tmp_path / "cartpole_videos")
-    config = EvalConfig(run_dir, num_episodes=2, record_video=True, video_dir=video_dir)
+    config = EvalConfig(checkpoint=run_dir, num_episodes=2, record_video=True, video_dir=video_dir)
     result = evaluation.run(config, report=lambda line: None)
     assert result.videos == tuple(os.path.join(video_dir, f"game_{k}.mp4") for k in (1, 2))
     for game in result.games:

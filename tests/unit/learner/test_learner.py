@@ -10,10 +10,16 @@ import tensorflow as tf
 
 import networks
 from impala import run_tls, trajectory, transport
-from impala.configs import LearnerConfig
-from impala.learner import allreduce, loss, optimise
-from impala.learner import loop as learner_loop
+from impala.configs import GameConfig, LearnerConfig, LearnerJobConfig, preset_config
+from impala.learner import allreduce, loss, optimise, start
+from impala.learner import reports as learner_reports
+from impala.learner import state as learner_state
+from impala.learner import steps as learner_steps
 from impala.trajectory import Steps
+
+# The paper's preset (V-trace's own policy gradient, RMSProp, a learning rate falling from the
+# start), with changes: the tests of the paper's loss and schedules.
+PAPER = preset_config("paper")
 
 
 def _batch(rng, num_steps=5, batch_size=3, obs_dim=4, num_actions=3):
@@ -280,7 +286,7 @@ def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
         policy_logits=np.zeros((2, 1, 3), np.float32),
     )
     agent = _FixedOutputAgent(np.zeros((2, 1, 3), np.float32), np.zeros((2, 1), np.float32))
-    config = LearnerConfig(entropy_cost=0.0, baseline_cost=0.0)
+    config = dataclasses.replace(PAPER, entropy_cost=0.0, baseline_cost=0.0)
     with tf.GradientTape() as tape:
         total = loss.compute_loss(agent, trajectory.Batch((), steps), config).total
     gradient = tape.gradient(total, agent.logits).numpy()[0, 0]
@@ -289,15 +295,13 @@ def test_policy_gradient_raises_the_probability_of_a_rewarded_action():
 
 
 def test_learning_rate_anneals_linearly_to_zero():
-    config = LearnerConfig(learning_rate=0.001, total_environment_frames=1000)
+    config = dataclasses.replace(PAPER, learning_rate=0.001, total_environment_frames=1000)
     assert float(optimise.annealed_learning_rate(config, 0)) == pytest.approx(0.001)
     assert float(optimise.annealed_learning_rate(config, 250)) == pytest.approx(0.00075)
     assert float(optimise.annealed_learning_rate(config, 1000)) == 0.0
     assert float(optimise.annealed_learning_rate(config, 5000)) == 0.0
     # A horizon of its own: a run stopped at its budget trains with a longer run's schedule.
-    longer = LearnerConfig(
-        learning_rate=0.001, total_environment_frames=1000, learning_rate_anneal_frames=4000
-    )
+    longer = dataclasses.replace(config, learning_rate_anneal_frames=4000)
     assert float(optimise.annealed_learning_rate(longer, 1000)) == pytest.approx(0.00075)
     assert float(optimise.annealed_learning_rate(longer, 4000)) == 0.0
     # A budget longer than the anneal anneals over the budget: no frames trained at a rate of 0.
@@ -307,8 +311,8 @@ def test_learning_rate_anneals_linearly_to_zero():
 
 
 def test_with_a_cooldown_the_learning_rate_holds_then_falls_to_zero_at_the_anneals_end():
-    config = LearnerConfig(
-        learning_rate=0.001, total_environment_frames=1000, learning_rate_cooldown_frames=400
+    config = dataclasses.replace(
+        PAPER, learning_rate=0.001, total_environment_frames=1000, learning_rate_cooldown_frames=400
     )
     for frames, rate in [(0, 0.001), (600, 0.001), (700, 0.00075), (900, 0.00025), (1000, 0.0)]:
         assert float(optimise.annealed_learning_rate(config, frames)) == pytest.approx(rate)
@@ -421,7 +425,9 @@ def test_step_reduces_loss_on_a_fixed_batch():
     rng = np.random.default_rng(1)
     agent = _mlp_agent()
     batch = _batch(rng, num_steps=8, batch_size=4)
-    config = LearnerConfig(learning_rate=0.01, entropy_cost=0.0, total_environment_frames=10**9)
+    config = dataclasses.replace(
+        PAPER, learning_rate=0.01, entropy_cost=0.0, total_environment_frames=10**9
+    )
     trainer = optimise.Trainer(agent, config)
     first = trainer.step(batch, frames=0)
     for _ in range(30):
@@ -438,7 +444,7 @@ def test_gradient_clipping_bounds_the_update():
     for clip in (1e-3, -1.0):
         agent = _mlp_agent(seed=3)
         before = [v.numpy() for v in agent.trainable_variables]
-        config = LearnerConfig(gradients_clipping=clip, reward_clipping="none", momentum=0.0)
+        config = dataclasses.replace(PAPER, gradients_clipping=clip, reward_clipping="none")
         stats = optimise.Trainer(agent, config).step(batch, frames=0)
         assert stats["gradient_norm"] > 1.0  # the unclipped norm is reported
         after = [v.numpy() for v in agent.trainable_variables]
@@ -498,6 +504,34 @@ def test_create_optimizer_slots_keeps_weights():
     for variable, value in zip(agent.trainable_variables, before, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value)
     assert float(trainer.learning_rate) == pytest.approx(LearnerConfig().learning_rate)
+
+
+def test_set_hyperparameters_moves_the_schedules_at_the_next_step_without_a_new_trace():
+    """What population-based training changes between steps, the learning rate and the entropy
+    cost the schedules start from, takes effect at the next step, in the step traced before."""
+    rng = np.random.default_rng(10)
+    batch = _batch(rng)
+    config = dataclasses.replace(
+        PAPER, learning_rate=0.001, entropy_cost=0.01, total_environment_frames=1000
+    )
+    trainer = optimise.Trainer(_mlp_agent(seed=5), config)
+    trainer.create_optimizer_slots()  # as the learner does: no variable is made in the step
+    # At the budget's end the rate is 0: the weights stay as they are, so that the entropy term
+    # shows its weight alone.
+    before = trainer.step(batch, frames=1000)
+    trainer.set_hyperparameters(learning_rate=0.004, entropy_cost=0.03)
+    after = trainer.step(batch, frames=1000)
+    assert (before["entropy_cost"], after["entropy_cost"]) == pytest.approx((0.01, 0.03))
+    assert after["loss/entropy"] == pytest.approx(3 * before["loss/entropy"], rel=1e-5)
+    halfway = trainer.step(batch, frames=500)
+    assert halfway["learning_rate"] == pytest.approx(0.002)  # half of the new base rate
+    assert trainer._train_step.experimental_get_tracing_count() == 1
+    # A value the flag would refuse is refused in its line, and changes nothing.
+    with pytest.raises(ValueError, match=r"^--learning_rate=-1\.0: must be a finite number > 0$"):
+        trainer.set_hyperparameters(learning_rate=-1.0)
+    with pytest.raises(TypeError):
+        trainer.set_hyperparameters(batch_size=8)  # not one a run changes while it goes
+    assert trainer.hyperparameters == optimise.Hyperparameters(0.004, 0.03)
 
 
 @pytest.mark.parametrize(
@@ -597,39 +631,36 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
 def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
     # The learner's own check, for a learner started by hand: the launchers give the same line.
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
-        learner_loop.LearnerJobConfig(
-            level_name="PongNoFrameskip-v4",
-            agent_name="MLPAgent",
-            learner_hosts=("localhost:8001",),
-            learner=LearnerConfig(batch_size=16),
-            secret_file="secret",
-            **{field: value},
-        )
+        _learner_job(**{field: value})
+
+
+_GAME_SETTINGS = {field.name for field in dataclasses.fields(GameConfig)}
+
+
+def _learner_job(**settings) -> LearnerJobConfig:
+    """A learner's job config with these job and game settings."""
+    game = {name: value for name, value in settings.items() if name in _GAME_SETTINGS}
+    job = {name: value for name, value in settings.items() if name not in _GAME_SETTINGS}
+    return LearnerJobConfig(
+        game=GameConfig(**game),
+        agent_name="MLPAgent",
+        learner_hosts=("localhost:8001",),
+        learner=LearnerConfig(batch_size=16),
+        secret_file="secret",
+        **job,
+    )
 
 
 def test_a_learner_refuses_sticky_actions_its_actors_would_refuse():
     # Else a run of a non-Atari id with sticky actions would wait for ever on actors that quit.
-    config = learner_loop.LearnerJobConfig(
-        level_name="CartPole-v1",
-        agent_name="MLPAgent",
-        learner_hosts=("localhost:8001",),
-        repeat_action_probability=0.25,
-        secret_file="secret",
-    )
+    config = _learner_job(level_name="CartPole-v1", repeat_action_probability=0.25)
     with pytest.raises(ValueError, match=r"^--repeat_action_probability=0\.25: .*not an Atari id"):
-        learner_loop._build_agent(config)
+        start.build_agent(config)
 
 
 def _learner_environment(level_name: str, **settings):
-    """What a learner's `_build_agent` read from the environment it built with `settings`."""
-    config = learner_loop.LearnerJobConfig(
-        level_name=level_name,
-        agent_name="MLPAgent",
-        learner_hosts=("localhost:8001",),
-        secret_file="secret",
-        **settings,
-    )
-    return learner_loop._build_agent(config)[0]
+    """What a learner's `build_agent` read from the environment it built with `settings`."""
+    return start.build_agent(_learner_job(level_name=level_name, **settings))[0]
 
 
 def test_a_learner_builds_its_environment_with_the_frame_skip():
@@ -650,23 +681,23 @@ def test_a_learner_builds_its_environment_with_the_frame_pooling():
 
 
 def _run_tls(tmp_path, monkeypatch, rank, chief_digest=None):
-    """Learner `rank`'s `_load_run_tls` for a run folder in `tmp_path`, learner 0 holding a
+    """Learner `rank`'s `load_run_tls` for a run folder in `tmp_path`, learner 0 holding a
     bundle of this digest of its authority (None: this learner's own)."""
     monkeypatch.setattr(allreduce, "wait_for_learners", lambda name: None)
     monkeypatch.setattr(
         allreduce, "broadcast_object_from_chief", lambda value: chief_digest or value
     )
-    config = learner_loop.LearnerJobConfig(
-        level_name="CartPole-v1",
+    config = LearnerJobConfig(
+        game=GameConfig(level_name="CartPole-v1"),
         agent_name="MLPAgent",
         learner_hosts=("localhost:8001", "localhost:8002"),
         logdir=str(tmp_path),
         transport_tls=True,
     )
     topology = allreduce.Topology(rank=rank, size=2, local_rank=rank)
-    reports = []
-    material = learner_loop._load_run_tls(config, str(tmp_path), topology, reports.append)
-    return material, reports
+    lines = []
+    material = start.load_run_tls(config, str(tmp_path), topology, lines.append)
+    return material, lines
 
 
 def test_learner_0_makes_the_tls_bundle_beside_the_secret_and_the_others_read_it(
@@ -686,19 +717,8 @@ def test_learner_0_makes_the_tls_bundle_beside_the_secret_and_the_others_read_it
 
 
 # The flags' defaults (PPO's surrogate clipped around the behaviour policy, Adam), three steps a
-# batch, and the paper's preset (V-trace's own policy gradient, RMSProp).
-FLAG_DEFAULTS = LearnerConfig(
-    vtrace_lambda=0.95,
-    normalize_advantages=True,
-    policy_clip=0.1,
-    gradients_clipping=160.0,
-    learning_rate=2.5e-4,
-    optimizer="adam",
-    decay=0.999,
-    epsilon=1e-5,
-    batch_reuse=3,
-)
-PAPER = LearnerConfig()
+# batch.
+FLAG_DEFAULTS = LearnerConfig(batch_reuse=3)
 
 
 def _behaviour_logits(batch, logit):
@@ -800,11 +820,11 @@ def test_the_learner_leaves_out_and_counts_games_whose_return_is_absurd(monkeypa
     refuses it too): the learner's own statistics leave out and count what is not finite or
     beyond `MAX_ABS_EPISODE_RETURN`."""
     monkeypatch.setattr(allreduce, "gather_from_learners", lambda values, name: values)
-    counters = learner_loop._Counters()
+    counters = learner_state.Counters()
     returns = [21.0, 1e30, float("nan"), -float("inf"), -trajectory.MAX_ABS_EPISODE_RETURN]
-    episodes = learner_loop._gather_episodes(_Games(returns), counters)
+    episodes = learner_steps.gather_episodes(_Games(returns), counters)
     np.testing.assert_array_equal(episodes[:, 0], [21.0, -trajectory.MAX_ABS_EPISODE_RETURN])
     assert counters.episodes_ignored == 3
-    assert learner_loop._skipped(counters) == ""
+    assert learner_reports.skipped_text(counters) == ""
     counters.skipped_steps = 6
-    assert learner_loop._skipped(counters) == " (6 steps skipped: not finite)"
+    assert learner_reports.skipped_text(counters) == " (6 steps skipped: not finite)"

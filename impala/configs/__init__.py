@@ -1,0 +1,76 @@
+"""Every setting of a run, declared once, and the configs each role is built from.
+
+A setting is a field of one of these frozen dataclasses (`declare.setting`): its name, type,
+default, allowed values and help. `impala/flags.py` makes experiment.py's flags from the fields,
+experiment.py builds the configs from the flags, and each config checks its values in
+`__post_init__` with one-line errors naming the flag. To add a hyperparameter, add a field to
+`LearnerConfig` and use it.
+
+  game.py       GameConfig: how the games are played (every role holds one)
+  learner.py    LearnerConfig: the hyperparameters; PRESETS (the paper's values)
+  roles.py      LearnerJobConfig, ActorJobConfig, LocalConfig, EvalConfig
+  addresses.py  the learners' host:port
+  declare.py    `setting` and the checks the declarations share
+
+TensorFlow-free: launchers and the frontend check a run's flags with these before starting
+anything.
+"""
+
+from impala.configs.addresses import check_learner_hosts, parse_address
+from impala.configs.game import (
+    ATARI_FRAME_SKIP,
+    FRAME_POOLING_CHOICES,
+    MAX_ACTION_REPEATS,
+    MIN_FRAME_SKIP,
+    GameConfig,
+    check_frame_pooling,
+    check_frame_skip,
+    check_repeat_action_probability,
+)
+from impala.configs.learner import (
+    OPTIMIZER_CHOICES,
+    POLICY_CLIP_CENTER_CHOICES,
+    PRESETS,
+    REWARD_CLIPPING_CHOICES,
+    LearnerConfig,
+    preset_config,
+)
+from impala.configs.roles import (
+    DEFAULT_AGENT_NAME,
+    MAX_ACTOR_THREADS,
+    POLICIES,
+    ActorJobConfig,
+    EvalConfig,
+    LearnerJobConfig,
+    LocalConfig,
+)
+
+# The configs whose declared fields are experiment.py's flags, in the order --help lists them.
+DECLARING = (GameConfig, LearnerConfig, LearnerJobConfig, ActorJobConfig, EvalConfig)
+
+__all__ = [
+    "ATARI_FRAME_SKIP",
+    "DECLARING",
+    "DEFAULT_AGENT_NAME",
+    "FRAME_POOLING_CHOICES",
+    "MAX_ACTION_REPEATS",
+    "MAX_ACTOR_THREADS",
+    "MIN_FRAME_SKIP",
+    "OPTIMIZER_CHOICES",
+    "POLICIES",
+    "POLICY_CLIP_CENTER_CHOICES",
+    "PRESETS",
+    "REWARD_CLIPPING_CHOICES",
+    "ActorJobConfig",
+    "EvalConfig",
+    "GameConfig",
+    "LearnerConfig",
+    "LearnerJobConfig",
+    "LocalConfig",
+    "check_frame_pooling",
+    "check_frame_skip",
+    "check_learner_hosts",
+    "check_repeat_action_probability",
+    "parse_address",
+    "preset_config",
+]

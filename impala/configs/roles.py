@@ -1,0 +1,281 @@
+"""What each role's process needs: the job configs of the learner, the actor, the single-process
+trainer and --mode=test. Each holds the run's `GameConfig` (and the training roles their
+network's name), and declares its own job-level settings (queue, checkpoints, timeouts, hosts,
+run secret, TLS...), from which `impala/flags.py` makes their flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from impala import run_folder
+from impala.configs.addresses import check_learner_hosts
+from impala.configs.declare import (
+    at_least,
+    check_settings,
+    config,
+    finite,
+    non_negative,
+    raising,
+    rule,
+    setting,
+)
+from impala.configs.game import GameConfig
+from impala.configs.learner import LearnerConfig
+
+# The network a run trains unless told otherwise (`--agent_name`): the Nature DQN's, PPO's Atari
+# network; `--preset=paper` takes the paper's shallow one.
+DEFAULT_AGENT_NAME = "SimpleConvNetAgent"
+# TensorFlow makes the threads it is given: a typo must not ask it for millions.
+MAX_ACTOR_THREADS = 256
+# How --mode=test picks actions: sampled from the policy, or its most likely one.
+POLICIES = ("sample", "greedy")
+
+
+@config
+class _Training:
+    """What every training role has: the game, the network, and how often it reports."""
+
+    game: GameConfig = dataclasses.field(default_factory=GameConfig)
+    agent_name: str = setting(
+        DEFAULT_AGENT_NAME,
+        "Network: SimpleConvNetAgent (the Nature DQN's convolutions and fc 512), "
+        "ShallowConvNetAgent (the IMPALA paper's shallow one), ShallowConvNetLastActionAgent "
+        "(the shallow one, also fed the previous action), ResNetAgent, ResNetLSTMAgent, "
+        "ShallowLSTMAgent or MLPAgent (case-insensitive).",
+    )
+    log_every_secs: float = 5.0  # progress lines this often (no flag: tests shorten it)
+
+
+@config
+class _Connected(_Training):
+    """What actors and learners both need to reach each other."""
+
+    learner_hosts: tuple[str, ...] = setting(
+        ("localhost:8001",),
+        "host:port of each learner, in rank order ([address]:port for an IPv6 address).",
+        check=raising(check_learner_hosts),
+    )
+    secret_file: str = setting(
+        "",
+        "File holding the run secret that every call between actors and learners carries (64 "
+        "hexadecimal digits, owner-only; see `python -m impala.run_secret`). Default: `secret` "
+        "in the run folder, which the learner creates if it is missing; actors need "
+        "--experiment for that default.",
+    )
+    transport_tls: bool = setting(
+        False,
+        "Encrypt the traffic between actors and learners with mutual TLS, with the run's TLS "
+        "bundle `tls.pem` beside the run secret (see `python -m impala.run_tls`); the launchers "
+        "make and copy it, the learner makes it if it is missing. Every process of a run needs "
+        "the same setting. Off: the run secret authenticates each call, in the clear.",
+    )
+
+
+@config
+class LearnerJobConfig(_Connected):
+    """Everything a learner process needs besides the game and the network.
+
+    Attributes (the others are flags, whose help says what they do):
+      learner: the hyperparameters.
+      flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
+      stall_warning_secs: warn when no full batch arrived for this long.
+      linger_secs: after the last step, keep answering actors for this long so that they hear
+        that training is over.
+    """
+
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    queue_capacity: int = setting(
+        0,
+        "Trajectories a learner queues before actors block (0: one batch, so that the learner "
+        "trains on data its policy has moved little from).",
+        check=non_negative(),
+    )
+    logdir: str = setting(
+        "runs",
+        "Holds the run folders: a run lives in <logdir>/<experiment> (its flags, TensorBoard "
+        "events, checkpoints, logs). '' writes nothing, not even checkpoints.",
+    )
+    experiment: str = setting(
+        "",
+        "Name of the run's folder under --logdir (default: <level_name>-<start time>). Starting "
+        "again with the folder of an earlier run resumes it from its latest checkpoint.",
+        check=raising(run_folder.check_name),
+    )
+    private_files: bool = setting(
+        True,
+        "Keep the run's files to their owner (folders 0700, files 0600): every process of the "
+        "run and the launchers set their umask to 077, and the learners make the run folder "
+        "owner-only. --noprivate_run_files leaves modes to the umask you start with. The run "
+        "secret and TLS bundle are owner-only either way.",
+        flag="private_run_files",
+    )
+    summary_histograms: bool = setting(
+        False, "Also write histograms of the weights to TensorBoard."
+    )
+    save_every_secs: float = setting(
+        600.0, "Rank 0 writes a checkpoint this often.", check=finite(positive=True)
+    )
+    keep_checkpoints: int = setting(3, "How many recent checkpoints to keep.", check=at_least(1))
+    keep_checkpoint_every_frames: float = setting(
+        0.0,
+        "Also keep the first checkpoint written at or after each multiple of this many frames "
+        "(0: none), as long as the run keeps this setting: points to follow a run's policy "
+        "along (benchmarks/pong_points.py) or to branch it from.",
+        check=rule(
+            lambda value: value == 0 or 1 <= value < math.inf,
+            "must be 0 (none) or a finite number of frames >= 1",
+        ),
+    )
+    flag_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    stall_warning_secs: float = 60.0
+    linger_secs: float = 3.0
+
+    def __post_init__(self):
+        check_settings(self)
+        if not (self.secret_file or self.logdir):
+            raise ValueError(
+                "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
+            )
+        batch_size = self.learner.batch_size
+        if not (self.queue_capacity == 0 or self.queue_capacity >= batch_size):
+            raise ValueError(
+                f"--queue_capacity={self.queue_capacity}: must be 0 or at least "
+                f"--batch_size={batch_size}, or no batch ever fills"
+            )
+
+
+@config
+class ActorJobConfig(_Connected):
+    """Everything an actor process needs besides the game and the network.
+
+    Attributes (the others are flags, whose help says what they do):
+      unroll_length: agent steps per trajectory, the learner's (`LearnerConfig.unroll_length`).
+      secret_file: holds the run secret, a copy of the learner's; the TLS bundle is beside it.
+    """
+
+    unroll_length: int
+    task: int = setting(
+        0, "Index of this actor. Learners take their rank from mpirun.", check=non_negative()
+    )
+    num_envs: int = setting(
+        16,
+        "Environments each actor steps together.",
+        check=at_least(1),
+        flag="num_envs_per_actor",
+    )
+    threads: int = setting(
+        1,
+        "Threads an actor gives TensorFlow inside one op (its network on a batch of "
+        "observations). One leaves the other cores to the learner and the other actors of a "
+        "shared host; more can help an actor alone on a host with cores to spare.",
+        check=rule(
+            lambda value: 1 <= value <= MAX_ACTOR_THREADS, f"must be from 1 to {MAX_ACTOR_THREADS}"
+        ),
+        flag="actor_threads",
+    )
+    connect_timeout_secs: float = setting(
+        600.0, "How long an actor waits for its learner to come up.", check=finite(positive=True)
+    )
+
+    def __post_init__(self):
+        check_settings(self)
+        if not self.secret_file:
+            raise ValueError(
+                "--secret_file: an actor needs the run secret: the learner's run folder has "
+                "it (<logdir>/<experiment>/secret), copy it owner-only and name it here"
+            )
+
+    @property
+    def learner_address(self) -> str:
+        return self.learner_hosts[self.task % len(self.learner_hosts)]
+
+
+@config
+class LocalConfig(_Training):
+    """What a single-process training run needs: the game, the network, the hyperparameters."""
+
+    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _check_checkpoint(name: str, value: Any) -> None:
+    if not _is_name(value):
+        raise ValueError(f"--{name} is empty: give a run folder or a checkpoint")
+
+
+def _check_num_episodes(name: str, value: Any) -> None:
+    rule(_is_int, "must be an int", show=repr)(name, value)
+    at_least(1)(name, value)
+
+
+@config
+class EvalConfig:
+    """What --mode=test evaluates and how (the others are flags, whose help says what they do).
+
+    Attributes:
+      checkpoint: a run folder (its latest checkpoint), its `checkpoints/` folder (its latest)
+        or one checkpoint such as `runs/pong/checkpoints/ckpt-25`.
+      game: the game settings the flags give. The games are the checkpoint's; game k (from 0)
+        is seeded `game.seed + k`, and action sampling `game.seed`.
+      given: the names of the game settings given on the command line, which must match the
+        checkpoint's: `level_name`, `frame_skip` (unless 0) and `frame_pooling`.
+      agent_name: None to play with the checkpoint's network; given, it must match it.
+    """
+
+    checkpoint: str = setting(
+        "",
+        "--mode=test: what to load: a run folder (its latest checkpoint), its checkpoints/ "
+        "folder or one checkpoint such as runs/pong/checkpoints/ckpt-5000. Default: the run "
+        "folder <logdir>/<experiment>.",
+        check=_check_checkpoint,
+    )
+    num_episodes: int = setting(
+        10,
+        "--mode=test: games to play.",
+        check=_check_num_episodes,
+        flag="test_num_episodes",
+    )
+    policy: str = setting(
+        "sample",
+        "--mode=test: sample actions from the policy, or take the most likely one.",
+        check=rule(lambda value: value in POLICIES, "must be 'sample' or 'greedy'", show=repr),
+        choices=POLICIES,
+        flag="test_policy",
+    )
+    record_video: bool = setting(
+        False,
+        "--mode=test: write one MP4 per game.",
+        check=rule(lambda value: isinstance(value, bool), "must be True or False", show=repr),
+    )
+    video_dir: str = setting(
+        "",
+        "--mode=test --record_video: where the MP4s go (default: <run>/videos/<checkpoint name>).",
+        check=rule(lambda value: isinstance(value, str), "must be a folder path or ''", show=repr),
+    )
+    game: GameConfig = dataclasses.field(default_factory=GameConfig)
+    given: tuple[str, ...] = ()
+    agent_name: str | None = None
+
+    def __post_init__(self):
+        check_settings(self)
+        if self.agent_name is not None and not _is_name(self.agent_name):
+            raise ValueError(f"--agent_name={self.agent_name!r}: must be a name, or left out")
+        game_settings = {field.name for field in dataclasses.fields(GameConfig)}
+        unknown = sorted(set(self.given) - game_settings)
+        if unknown:
+            raise ValueError(f"given: {', '.join(unknown)} are not game settings")
+
+    @property
+    def seed(self) -> int:
+        """The seed the games and the action sampling derive from (`game.seed`)."""
+        return self.game.seed

@@ -1,0 +1,155 @@
+"""A learner's start: its agent and trainer, the run's files (folder, secret, TLS bundle, latest
+checkpoint), every learner on rank 0's state, and the service its actors reach it through."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Callable
+
+import tensorflow as tf
+
+import networks
+from impala import build, run_secret, run_tls, transport
+from impala.configs import LearnerJobConfig
+from impala.learner import allreduce, saving
+from impala.learner.optimise import Trainer
+from impala.learner.state import Counters, EnvInfo, Learning
+from impala.learner.summaries import Summaries
+
+
+def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
+    """Everything this learner trains with, on the state every learner shares: rank 0's latest
+    checkpoint or its fresh weights, published to the actors."""
+    topology = allreduce.init()
+    if topology.size != len(config.learner_hosts):
+        raise ValueError(
+            f"--learner_hosts names {len(config.learner_hosts)} learners but "
+            f"{topology.size} were started (mpirun -np must match)"
+        )
+    chief_report = report if topology.is_chief else (lambda line: None)
+    run_dir = saving.make_run_folder(config, topology)
+    tf.random.set_seed(config.game.seed)
+    env_info, agent = build_agent(config)
+    trainer = Trainer(
+        agent,
+        config.learner,
+        wrap_tape=allreduce.wrap_tape,
+        every_learner=allreduce.every_learner,
+    )
+    trainer.create_optimizer_slots()
+    spec, identity = transport.describe(
+        env_info,
+        agent,
+        config.learner.unroll_length,
+        config.game.level_name,
+        config.game.num_action_repeats,
+    )
+    secret = saving.load_run_secret(config.secret_file, run_dir, topology, chief_report)
+    tls = load_run_tls(config, run_dir, topology, chief_report) if config.transport_tls else None
+    checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
+    resumed_from = (
+        checkpointer.restore_latest(chief_report) if checkpointer and topology.is_chief else None
+    )
+    # Horovod: every learner starts from rank 0's weights, optimizer state and counters,
+    # restored from a checkpoint or freshly initialised.
+    allreduce.broadcast_from_chief(
+        list(agent.variables)
+        + list(trainer.optimizer.variables)
+        + (checkpointer.counters if checkpointer else [])
+    )
+    resumed_from = allreduce.broadcast_object_from_chief(resumed_from)
+    if run_dir and topology.is_chief:
+        # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
+        # saved flags as they were.
+        saving.save_flags(run_dir, config.flag_values, chief_report)
+    # Looked up here, not imported: tests wrap the service class (tests/recording_learner.py).
+    service = transport.LearnerService(
+        address=config.learner_hosts[topology.rank],
+        spec=spec,
+        identity=identity,
+        variables=list(agent.variables),
+        learner_index=topology.rank,
+        num_learners=topology.size,
+        queue_capacity=config.queue_capacity or config.learner.batch_size,
+        secret=secret,
+        tls=tls,
+    )
+    counters = Counters()
+    start_frames = 0
+    if checkpointer:
+        counters.version, start_frames = int(checkpointer.version), int(checkpointer.frames)
+        counters.earlier_training_secs = float(checkpointer.training_secs)
+    service.publish_weights(counters.version)
+    if resumed_from:
+        chief_report(
+            f"resumed from {resumed_from}: {start_frames} frames done, weight version "
+            f"{counters.version}, weights sha256 {saving.weights_checksum(agent.variables)}"
+        )
+    chief_report(
+        f"learner {topology.rank}/{topology.size} serving {config.game.level_name} with "
+        f"{type(agent).__name__} at {config.learner_hosts[topology.rank]}; frames are emulator "
+        f"frames ({env_info.frames_per_step} per agent step)"
+    )
+    return Learning(
+        config=config,
+        topology=topology,
+        agent=agent,
+        trainer=trainer,
+        service=service,
+        env_info=env_info,
+        counters=counters,
+        saver=saving.Saver(
+            checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
+        ),
+        report=chief_report,
+        summaries=(
+            Summaries(run_dir, config.summary_histograms) if run_dir and topology.is_chief else None
+        ),
+        run_dir=run_dir,
+        start_frames=start_frames,
+        resumed_from=resumed_from,
+    )
+
+
+def build_agent(config: LearnerJobConfig) -> tuple[EnvInfo, networks.Agent]:
+    """Reads the environment's specs from one instance, built as the actors build theirs (a
+    setting they would refuse stops the learner too), and builds the agent's variables."""
+    # Its seed does not matter: only the specs are read.
+    with build.game_environment(config.game, num_envs=1, seed=0) as env:
+        env_info = EnvInfo(
+            num_actions=env.num_actions,
+            observation_shape=env.observation_shape,
+            observation_dtype=env.observation_dtype,
+            frames_per_step=env.frames_per_step,
+            frame_pooling=env.frame_pooling,
+        )
+        agent = build.agent(config.agent_name, env)
+    return env_info, agent
+
+
+def load_run_tls(config: LearnerJobConfig, run_dir: str, topology, report) -> run_tls.Material:
+    """The run's TLS bundle, beside the run secret (`saving.load_run_secret`), as that is
+    found: rank 0 creates it if it is missing, the other learners read it after that (on their
+    host), and all check that they hold rank 0's.
+
+    Raises:
+      ValueError: a bundle is missing, unusable (`run_tls.load`) or differs from rank 0's.
+    """
+    path = run_tls.beside(config.secret_file or run_secret.path_in(run_dir))
+    material, created = run_tls.ensure(path) if topology.is_chief else (None, False)
+    allreduce.wait_for_learners("tls_written")
+    if not topology.is_chief:
+        material = run_tls.load(path)
+    # Horovod: only a digest of the run's authority travels between learners.
+    digest = hashlib.sha256(material.ca).hexdigest()
+    if not hmac.compare_digest(digest, allreduce.broadcast_object_from_chief(digest)):
+        raise run_tls.TlsError(
+            f"{path}: learner {topology.rank} holds another TLS bundle than learner 0; "
+            "copy learner 0's file to every learner host"
+        )
+    report(
+        f"TLS bundle {'created in' if created else 'read from'} {path} (owner-only); actors "
+        "read it beside their --secret_file"
+    )
+    return material

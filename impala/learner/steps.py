@@ -1,0 +1,120 @@
+"""What a learner does around each optimisation step: wait for its batch, agree with the other
+learners on whether to stop, and gather the games every learner's actors finished."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+
+import networks
+from impala import transport
+from impala.learner import allreduce
+from impala.learner.state import Counters, Learning
+from impala.trajectory import MAX_ABS_EPISODE_RETURN, Batch
+
+
+def wait_for_batch(
+    learning: Learning, stop: threading.Event
+) -> transport.QueuedTrajectories | None:
+    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None).
+
+    A learner whose actors are gone says so once (not only the chief: a learner without data
+    stalls every learner), keeps waiting for them, and says when data flows again.
+    """
+    service, topology = learning.service, learning.topology
+    batch_size = learning.config.learner.batch_size
+    started = time.monotonic()
+    warned = False
+    received = service.trajectories_received
+    while service.queue_size < batch_size:
+        if stop.is_set():
+            return None
+        time.sleep(0.002)
+        if not warned and time.monotonic() >= started + learning.config.stall_warning_secs:
+            warned = True
+            logging.warning(
+                "learner %d has waited %.0f s for a batch (%d/%d trajectories queued): are its "
+                "actors (tasks %d mod %d) running? It keeps waiting for them",
+                topology.rank,
+                time.monotonic() - started,
+                service.queue_size,
+                batch_size,
+                topology.rank,
+                topology.size,
+            )
+    if warned:
+        logging.warning(
+            "learner %d: its actors are back (%d trajectories after %.0f s)",
+            topology.rank,
+            service.trajectories_received - received,
+            time.monotonic() - started,
+        )
+    return service.dequeue(batch_size)
+
+
+def to_batch(queued: transport.QueuedTrajectories, agent: networks.Agent) -> Batch:
+    """Restores the agent's core-state structure, which the queue holds flattened."""
+    agent_state = tf.nest.pack_sequence_as(agent.initial_state(1), queued.agent_state)
+    return Batch(agent_state=agent_state, steps=queued.steps)
+
+
+class LearnerStates(NamedTuple):
+    """Every learner's state before a step, [L] each (index = rank)."""
+
+    stop: np.ndarray  # asked to stop (a signal), so every learner stops before this step
+    queue_size: np.ndarray
+    trajectories_received: np.ndarray
+    policy_lag: np.ndarray  # weight versions between acting and learning, batch mean
+    actors: np.ndarray  # actor tasks that have connected since the learner started
+    reconnections: np.ndarray  # connections beyond each task's first: restarted actors
+
+
+def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
+    """Gathers every learner's state; `queued` is this learner's batch, None if it was stopped,
+    and `stop` whether it was asked to stop.
+
+    Horovod: this is also the vote on stopping. A learner asked to stop cannot leave alone:
+    the others would wait for it in the next all-reduce. So every learner says before each step
+    whether it was asked to, and all stop after the same step, with identical weights.
+    """
+    service = learning.service
+    stop = stop or queued is None
+    lag = np.nan
+    if queued is not None:
+        lag = learning.counters.version - float(np.mean(queued.weight_version.numpy()))
+    connections = service.connections
+    own = [
+        [
+            float(stop),
+            service.queue_size,
+            service.trajectories_received,
+            lag,
+            len(connections),
+            sum(connections.values()) - len(connections),
+        ]
+    ]
+    states = allreduce.gather_from_learners(np.asarray(own, np.float64), "learner_states")
+    return LearnerStates(*states.T)
+
+
+def gather_episodes(service: transport.LearnerService, counters: Counters) -> np.ndarray:
+    """Every learner's finished games since the last step, [K, 3]: return, length in frames,
+    and the frames it began with (-1 where the game has no such start).
+
+    A game whose return is not finite or beyond `MAX_ABS_EPISODE_RETURN` (which the transport
+    refuses too) is left out and counted: one absurd score would swamp every mean over games.
+    """
+    games = service.pop_episodes()
+    # Horovod: gathered every step, by every learner, so that rank 0 reports them all.
+    fields = [games.episode_return, games.episode_frames, games.start_frames]
+    episodes = allreduce.gather_from_learners(
+        np.stack(fields, axis=1).astype(np.float64), "episodes"
+    )
+    sound = np.isfinite(episodes).all(axis=1) & (np.abs(episodes[:, 0]) <= MAX_ABS_EPISODE_RETURN)
+    counters.episodes_ignored += int(np.sum(~sound))
+    return episodes[sound]
