@@ -22,7 +22,7 @@ from absl import app, flags
 
 from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
-from impala.launch import hosts, planning, workers_csv
+from impala.launch import containers, hosts, planning, run_control, run_plan, tmux, workers_csv
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workers_csv_path", None, "The workers CSV (see sandbox/README.md).")
@@ -121,16 +121,16 @@ def local_tls(run_name: str) -> str:
     return material.pem()
 
 
-def containers_from_flags() -> planning.Containers | None:
+def containers_from_flags() -> containers.Containers | None:
     """The containers every process runs in (--docker_image), or None for bare processes."""
     if not FLAGS.docker_image:
         return None
-    return planning.Containers(
+    return containers.Containers(
         FLAGS.docker_image, tuple(FLAGS.container_runtime.split()), FLAGS.container_sshd_port
     )
 
 
-def print_plan(plans: list[planning.HostPlan]) -> None:
+def print_plan(plans: list[run_plan.HostPlan]) -> None:
     for plan in plans:
         how = (
             "local tmux"
@@ -144,7 +144,7 @@ def print_plan(plans: list[planning.HostPlan]) -> None:
         for path in plan.tls_paths:
             print(f"write {path}: the run's TLS bundle (owner-only; not shown)")
         for path, name in plan.key_files:
-            print(f"write {path}: {planning.MPI_SSH_FILES[name]} (owner-only; made at start)")
+            print(f"write {path}: {containers.MPI_SSH_FILES[name]} (owner-only; made at start)")
         for path, content in plan.files:
             print(f"write {path}:")
             print("".join(f"    {line}\n" for line in content.splitlines()), end="")
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     logging.getLogger("paramiko").setLevel(logging.WARNING)
     if FLAGS.private_run_files:
         # The run folder here: its secret, TLS bundle and SSH keys (and the windows' logs on
-        # every host: `planning.plan_run`).
+        # every host: `run_plan.plan_run`).
         run_folder.keep_private()
     if not FLAGS.workers_csv_path:
         print("run_experiment_mm_raw.py: error: --workers_csv_path is required", file=sys.stderr)
@@ -188,14 +188,14 @@ def main(argv: list[str]) -> int:
             raise ValueError("--logdir is empty: the run needs a folder on each host")
         # The run folder (--logdir, --experiment) is chosen here, once, for every process.
         run_name = run_name_for(FLAGS.workers_csv_path)
-        plans = planning.plan_run(
+        plans = run_plan.plan_run(
             workers,
             planning.forwarded_flags(given),
             run_name,
             logdir=FLAGS.logdir,
             accept_unknown_host_keys=FLAGS.accept_unknown_host_keys,
             known_hosts=FLAGS.known_hosts,
-            restarts=planning.Restarts(
+            restarts=tmux.Restarts(
                 FLAGS.max_actor_restarts, FLAGS.max_learner_restarts, FLAGS.restart_max_delay_secs
             ),
             containers=containers_from_flags(),
@@ -222,9 +222,10 @@ def main(argv: list[str]) -> int:
             keys = None
             if any(plan.key_files for plan in plans):
                 local_run = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
-                keys = hosts.run_ssh_keys(os.path.join(local_run, planning.MPI_SSH_DIR))
-            return hosts.start_run(plans, ssh, secret, keys, tls_bundle)
-        return {"status": hosts.print_status, "stop": hosts.stop_run}[FLAGS.action](plans, ssh)
+                keys = run_control.run_ssh_keys(os.path.join(local_run, containers.MPI_SSH_DIR))
+            return run_control.start_run(plans, ssh, secret, keys, tls_bundle)
+        actions = {"status": run_control.print_status, "stop": run_control.stop_run}
+        return actions[FLAGS.action](plans, ssh)
     except (hosts.HostError, run_secret.SecretError, run_tls.TlsError) as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
         return 1

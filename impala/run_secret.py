@@ -3,7 +3,7 @@
 A launcher creates it in the run folder (`<run folder>/secret`, readable by its owner only) before
 starting any process and hands every process its path (`--secret_file`), never the token itself,
 so that neither `ps` nor a shell history shows it. A learner refuses every call that does not
-carry it (see `impala/transport/server.py`). To rotate it, stop the run, write a new one
+carry it (see `impala/transport/authentication.py`). To rotate it, stop the run, write a new one
 (`python -m impala.run_secret new <file> --force`), copy it where the actors read it, and start
 the run again: it resumes from its latest checkpoint.
 

@@ -13,19 +13,10 @@ process of the run.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import dataclasses
-import errno
 import math
 import os
-import random
 import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Mapping
 
 from absl import app, flags
@@ -33,6 +24,8 @@ from absl import app, flags
 from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
 from impala.launch import planning
+from impala.launch.ports import free_ports
+from impala.launch.supervisor import ROOT, Supervised, stop, supervise
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
@@ -57,133 +50,6 @@ flags.DEFINE_integer(
     "actors reconnect to them by themselves.",
 )
 
-# The repository root: experiment.py and the runs/ folder users know are relative to it.
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_PR_SET_PDEATHSIG = 1
-# Looked up once here: a child between fork and exec must not dlopen (another thread of the
-# launcher may hold the loader's lock at the fork, and the child would wait for it forever).
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-@dataclasses.dataclass
-class _Process:
-    name: str
-    popen: subprocess.Popen
-    log_path: str
-    learners: bool = False  # the learner (or the mpirun of several), stopped with SIGUSR1
-    reported: bool = False
-
-
-_FIRST_DELAY_SECS = 1.0
-_HEALTHY_SECS = 300.0  # running this long resets the delay before the next restart
-
-
-@dataclasses.dataclass
-class _Supervised:
-    """A role that is started again when it dies: its command, process and restart record."""
-
-    name: str
-    argv: list[str]
-    log_path: str
-    max_restarts: int
-    max_delay: float = 30.0
-    learners: bool = False
-    process: _Process | None = None
-    started_at: float = 0.0
-    restarts: int = 0
-    delay: float = _FIRST_DELAY_SECS
-    due: float | None = None  # when it starts again
-    given_up: bool = False
-
-    def start(self) -> None:
-        self.process = _start(self.name, self.argv, self.log_path, learners=self.learners)
-        self.started_at = time.monotonic()
-        self.due = None
-        if self.learners:
-            threading.Thread(target=_copy_output, args=(self.process,), daemon=True).start()
-
-    def exit_code(self) -> int | None:
-        return self.process.popen.poll() if self.process else None
-
-    def schedule_restart(self, code: int) -> bool:
-        """Decides whether to start it again after it exited with `code`, and when. Returns
-        whether it will be."""
-        if code in run_folder.FINAL_EXIT_CODES or self.restarts >= self.max_restarts:
-            self.given_up = True
-            return False
-        if time.monotonic() - self.started_at >= _HEALTHY_SECS:
-            self.delay = _FIRST_DELAY_SECS
-        self.delay = min(self.delay, self.max_delay)
-        self.due = time.monotonic() + self.delay
-        self.restarts += 1
-        return True
-
-    def restart_if_due(self) -> bool:
-        if self.due is None or time.monotonic() < self.due:
-            return False
-        self.start()
-        self.delay = min(2 * self.delay, self.max_delay)
-        return True
-
-
-def free_ports(count: int, rng: random.Random | None = None) -> list[int]:
-    """`count` distinct ports that nothing listens on right now, for servers started next.
-
-    Taken below the kernel's ephemeral range when there is room: a port the OS handed out for
-    `bind(0)` and freed again can be given to the next outgoing connection (an actor's, say)
-    before the server binds it, whereas a port outside that range is only taken by someone
-    choosing it. Where the ephemeral range covers almost everything, the OS chooses.
-
-    Raises:
-      OSError: if fewer than `count` ports are free.
-    """
-    rng = rng or random.Random()
-    low, high = _ephemeral_port_range()
-    candidates = [*range(10_000, low), *range(high + 1, 65_536)]
-    ports: list[int] = []
-    if len(candidates) >= 100 * count:
-        for port in rng.sample(candidates, len(candidates)):
-            if len(ports) == count:
-                break
-            if _bindable(port):
-                ports.append(port)
-    for _ in range(100 * count):
-        if len(ports) == count:
-            break
-        with socket.socket() as s:
-            s.bind(("0.0.0.0", 0))
-            port = s.getsockname()[1]
-        if port not in ports:
-            ports.append(port)
-    if len(ports) < count:
-        raise OSError(f"found {len(ports)} free ports of the {count} needed")
-    return ports
-
-
-def _bindable(port: int) -> bool:
-    """Nothing listens on `port`, on any IPv4 or IPv6 address of this machine."""
-    families = [(socket.AF_INET, "0.0.0.0")]
-    if socket.has_ipv6:
-        families.append((socket.AF_INET6, "::"))
-    for family, address in families:
-        try:
-            with socket.socket(family) as s:
-                s.bind((address, port))
-        except OSError as error:
-            if family == socket.AF_INET6 and error.errno == errno.EADDRNOTAVAIL:
-                continue  # no IPv6 on this machine
-            return False
-    return True
-
-
-def _ephemeral_port_range() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(field) for field in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32_768, 60_999  # Linux's default
-
 
 def plan(
     num_learners: int, num_actors: int, flags_to_forward: list[str], python: str, as_root: bool
@@ -191,7 +57,7 @@ def plan(
     """The learner command (mpirun when several) and each actor's command, on localhost."""
     learner_hosts = [f"localhost:{port}" for port in free_ports(num_learners)]
     actor_hosts = ["localhost"] * num_actors
-    script = os.path.join(_ROOT, "experiment.py")
+    script = os.path.join(ROOT, "experiment.py")
     learner = planning.learner_command(python, script, learner_hosts, actor_hosts, flags_to_forward)
     if num_learners > 1:
         learner = planning.mpirun_command(["localhost"] * num_learners, learner, as_root)
@@ -200,122 +66,6 @@ def plan(
         for task in range(num_actors)
     ]
     return learner, actors
-
-
-def _die_with_the_launcher() -> None:
-    # So nothing is orphaned even if the launcher is killed outright. The only Python that runs
-    # in the child between fork and exec: one call of a function looked up beforehand.
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _start(name: str, argv: list[str], log_path: str, learners: bool = False) -> _Process:
-    # Appended to: a resumed run keeps the earlier part of each log.
-    log = open(log_path, "a")  # noqa: SIM115  (kept open for the child's lifetime)
-    log.write(planning.shell_line(argv) + "\n")
-    log.flush()
-    popen = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE if learners else log,  # the learners' output is shown
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group, so a stop reaches the whole tree
-        preexec_fn=_die_with_the_launcher,
-        cwd=_ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    return _Process(name, popen, log_path, learners)
-
-
-def _copy_output(process: _Process) -> None:
-    """Shows a process's output in the terminal and keeps it in its log."""
-    with open(process.log_path, "a") as log:
-        for line in iter(process.popen.stdout.readline, b""):
-            text = line.decode(errors="replace")
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            log.write(text)
-            log.flush()
-
-
-def _stop(processes: list[_Process], timeout: float) -> None:
-    """Asks every process still running to stop, all at once, then SIGKILLs what is left after
-    `timeout`. Learners get SIGUSR1, which mpirun passes on to every rank: they finish their
-    step, save a checkpoint and exit (on SIGTERM mpirun would kill them before they save)."""
-    for process in processes:
-        if process.popen.poll() is None:
-            _signal_group(process, signal.SIGUSR1 if process.learners else signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for process in processes:
-        try:
-            process.popen.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            print(f"[run_local] {process.name} did not stop in {timeout:.0f} s: killing it")
-            _signal_group(process, signal.SIGKILL)
-            process.popen.wait()
-
-
-def _signal_group(process: _Process, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.popen.pid, signum)
-
-
-def _supervise(learners: _Supervised, actors: list[_Supervised], stop_timeout: float) -> int:
-    """Runs the roles until the learners finish: restarts actors that die, and the learners
-    (from the latest checkpoint) if they die, each within its cap. Returns an exit code."""
-    while True:
-        code = learners.exit_code()
-        if code is not None and learners.due is None:
-            if not learners.schedule_restart(code):
-                break
-            print(
-                f"[run_local] the learners exited with code {code}; restarting them from the "
-                f"run's latest checkpoint in {learners.delay:.0f} s (restart {learners.restarts} "
-                f"of at most {learners.max_restarts}). Log: {learners.log_path}"
-            )
-        learners.restart_if_due()
-        for actor in actors:
-            _supervise_actor(actor)
-        time.sleep(0.2)
-    if code != 0:
-        print(
-            f"[run_local] the learners exited with code {code}"
-            + (
-                f" after {learners.restarts} restart(s)"
-                if code not in run_folder.FINAL_EXIT_CODES
-                else ""
-            )
-            + f"; stopping the actors. Log: {learners.log_path}"
-        )
-    # After a normal finish the actors hear it from their learner and exit by themselves.
-    processes = [a.process for a in actors if a.process]
-    deadline = time.monotonic() + stop_timeout
-    while code == 0 and time.monotonic() < deadline and _any_running(processes):
-        time.sleep(0.2)
-    _stop(processes, stop_timeout)
-    return code
-
-
-def _any_running(processes: list[_Process]) -> bool:
-    return any(p.popen.poll() is None for p in processes)
-
-
-def _supervise_actor(actor: _Supervised) -> None:
-    code = actor.exit_code()
-    if code is not None and actor.due is None and not actor.given_up:
-        if actor.schedule_restart(code):
-            print(
-                f"[run_local] {actor.name} exited with code {code}; restarting it in "
-                f"{actor.delay:.0f} s (restart {actor.restarts} of at most {actor.max_restarts})"
-            )
-        elif code != 0:
-            why = (
-                f"it refused its flags or files (see {actor.log_path})"
-                if code == 2
-                else f"after {actor.restarts} restarts"
-            )
-            print(f"[run_local] {actor.name} exited with code {code}; not restarting it: {why}")
-    if actor.restart_if_due():
-        print(f"[run_local] {actor.name} started again")
 
 
 # What a run trained with before a flag existed, for the flags whose default has changed since:
@@ -434,6 +184,10 @@ def _already_stopping(signum, frame):
     print("[run_local] already stopping: the learners are saving", flush=True)
 
 
+# Ctrl-C, SIGTERM and SIGHUP all stop the run.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -441,14 +195,7 @@ def main(argv: list[str]) -> int:
         print("run_local.py: error: --logdir is empty: the run needs a folder", file=sys.stderr)
         return 2
     try:
-        run_folder.check_name(FLAGS.experiment)
-        experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
-        run_dir = run_folder.path(FLAGS.logdir, experiment_name)
-        given, num_learners, num_actors, resuming = run_flags(run_dir)
-        check_launcher_flags(num_learners, num_actors)
-        planning.check_hyperparameters(given)  # as every process will, before any starts
-        if resuming:
-            print(resuming)
+        experiment_name, run_dir, given, num_learners, num_actors = _checked_run()
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
@@ -477,11 +224,56 @@ def main(argv: list[str]) -> int:
         print(f"run_local.py: error: no free port for the learners: {error}", file=sys.stderr)
         return 1
     print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
-    # Ctrl-C, SIGTERM and SIGHUP all stop the run. SIGINT explicitly too: a shell starts
-    # background jobs with it ignored, and that would make Ctrl-C's signal do nothing.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    return _run(run_dir, learner_argv, actor_argvs)
+
+
+def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
+    """The run's name and folder, the flags of its processes and the numbers of learners and
+    actors, checked as every process will check them, before any starts; prints how a resumed
+    run resumes.
+
+    Raises:
+      ValueError: one line, for a flag or a saved value that the run cannot take.
+    """
+    run_folder.check_name(FLAGS.experiment)
+    experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
+    run_dir = run_folder.path(FLAGS.logdir, experiment_name)
+    given, num_learners, num_actors, resuming = run_flags(run_dir)
+    check_launcher_flags(num_learners, num_actors)
+    planning.check_hyperparameters(given)  # as every process will, before any starts
+    if resuming:
+        print(resuming)
+    return experiment_name, run_dir, given, num_learners, num_actors
+
+
+def _run(run_dir: str, learner_argv: list[str], actor_argvs: list[list[str]]) -> int:
+    """Starts the learners and actors and supervises them until the learners finish or the run
+    is stopped; returns the launcher's exit code."""
+    # SIGINT explicitly too: a shell starts background jobs with it ignored, and that would make
+    # Ctrl-C's signal do nothing.
+    for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_interrupt)
-    learners = _Supervised(
+    learners, actors = _roles(run_dir, learner_argv, actor_argvs)
+    for role in (learners, *actors):
+        role.start()
+    try:
+        return supervise(learners, actors, FLAGS.stop_timeout_secs)
+    except KeyboardInterrupt:
+        # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
+        # must not cut the stop short: the learners are saving.
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, _already_stopping)
+        print("\n[run_local] stopping every process of the run...")
+        stop([r.process for r in (learners, *actors) if r.process], FLAGS.stop_timeout_secs)
+        print("[run_local] stopped")
+        return 130
+
+
+def _roles(
+    run_dir: str, learner_argv: list[str], actor_argvs: list[list[str]]
+) -> tuple[Supervised, list[Supervised]]:
+    """The learners and each actor, as roles restarted within the flags' caps."""
+    learners = Supervised(
         "learners",
         learner_argv,
         os.path.join(run_dir, "learners.log"),
@@ -490,7 +282,7 @@ def main(argv: list[str]) -> int:
         learners=True,
     )
     actors = [
-        _Supervised(
+        Supervised(
             f"actor {task}",
             argv,
             os.path.join(run_dir, f"actor_{task}.log"),
@@ -499,16 +291,4 @@ def main(argv: list[str]) -> int:
         )
         for task, argv in enumerate(actor_argvs)
     ]
-    for role in (learners, *actors):
-        role.start()
-    try:
-        return _supervise(learners, actors, FLAGS.stop_timeout_secs)
-    except KeyboardInterrupt:
-        # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
-        # must not cut the stop short: the learners are saving.
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _already_stopping)
-        print("\n[run_local] stopping every process of the run...")
-        _stop([r.process for r in (learners, *actors) if r.process], FLAGS.stop_timeout_secs)
-        print("[run_local] stopped")
-        return 130
+    return learners, actors

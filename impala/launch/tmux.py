@@ -1,21 +1,87 @@
-"""tmux command lists and the parsing of tmux's answers, as pure functions.
+"""tmux: the windows of a run, the tmux command lists, and the parsing of tmux's answers, as pure
+functions.
 
-Local hosts (libtmux) and SSH hosts (the `tmux` command) in `hosts.py` run the same lists, so that
-tests can compare them as strings.
+A run is one tmux session per host (`session_name`), one window per process (`Window`), whose
+shell runs the process in its workdir, logs it and starts it again when it dies
+(`window_command`). Local hosts (libtmux) and SSH hosts (the `tmux` command) in `hosts.py` run
+the same lists, so that tests can compare them as strings.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
-from impala.launch import planning
+from impala import run_folder
+from impala.launch.planning import shell_line
 
+# The tmux window of a run's mpirun, on the first learner host.
+LEARNERS_WINDOW = "learners"
+# The window of the SSH server (a container of the image) through which mpirun in the learners'
+# container on the first learner host starts the ranks of another learner host.
+SSHD_WINDOW = "sshd"
 # Printable separators: tmux replaces control characters such as a tab when the client has no
 # UTF-8 locale (as over a plain SSH command).
 _STATUS_FORMAT = "#{window_name}|#{pane_dead}|#{pane_dead_status}"
 
 
-def tmux_new_window(session: str, window: planning.Window, first: bool) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One tmux window: a process of the run (or the mpirun that starts all learners)."""
+
+    name: str
+    command: str
+
+
+def session_name(run_name: str, host: str) -> str:
+    """The run's tmux session on `host`: status and stop find the run by it. The host is part
+    of the name because several host names may reach one machine (and one tmux server)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in f"impala_{run_name}_{host}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Restarts:
+    """How a window starts its process again when it dies, as run_local.py does: after 1, 2,
+    4 ... s (at most `max_delay_secs`), at most so many times, never after exit code 0 (done),
+    2 (refused flags or files) or 130 (stopped)."""
+
+    max_actor_restarts: int = 100
+    max_learner_restarts: int = 3
+    max_delay_secs: int = 30
+
+
+def window_command(
+    workdir: str,
+    log_dir: str,
+    line: str,
+    name: str,
+    max_restarts: int,
+    max_delay: int,
+    private: bool = True,
+) -> str:
+    """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status, and starts
+    it again when it dies (see `Restarts`); with `private`, the folder and log it makes are
+    owner-only (umask 077, which the process inherits)."""
+    log = shlex.quote(f"{log_dir}/{name}.log")
+    say = f"[frontend] {name} exited with code $code;"
+    final = "|".join(str(code) for code in run_folder.FINAL_EXIT_CODES)
+    script = (
+        ("umask 077; " if private else "")
+        + f"cd {shlex.quote(workdir)} && mkdir -p {shlex.quote(log_dir)} || exit 1; "
+        f"restarts=0; delay=1; while true; do {line} 2>&1 | tee -a {log}; code=$?; "
+        f"case $code in {final}) exit $code;; esac; "
+        f"if [ $restarts -ge {int(max_restarts)} ]; then "
+        f'echo "{say} not restarting it after $restarts restarts" | tee -a {log}; exit $code; fi; '
+        "restarts=$((restarts + 1)); "
+        f'echo "{say} restarting it in $delay s (restart $restarts of at most '
+        f'{int(max_restarts)})" | tee -a {log}; '
+        f"sleep $delay; delay=$((delay * 2 > {int(max_delay)} ? {int(max_delay)} : delay * 2)); "
+        "done"
+    )
+    return shell_line(["bash", "-o", "pipefail", "-c", script])
+
+
+def tmux_new_window(session: str, window: Window, first: bool) -> list[str]:
     """Creates the session (first window) or a window in it, keeping the pane after its process
     exits so that status can show how it ended. One tmux command list: nothing can exit between
     the window's creation and the option being set.
@@ -66,7 +132,7 @@ def stop_learners_command(session: str) -> str:
     """Shell command sending SIGUSR1 to the run's mpirun, which passes it on to every learner:
     they finish their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a
     moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
-    pane = shlex.quote(f"={session}:{planning.LEARNERS_WINDOW}")
+    pane = shlex.quote(f"={session}:{LEARNERS_WINDOW}")
     return f"pkill -USR1 -x mpirun -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\""
 
 

@@ -2,23 +2,23 @@
 `wire.py` fixes.
 
 Each learner runs a `LearnerService` (`server.py`): a gRPC server whose methods put trajectories
-into the learner's trajectory store (a bounded queue by default, see `impala/learner/store.py`)
+into the learner's trajectory store (a bounded queue by default, see `impala/trajectory_store.py`)
 and hand out its weights. Each actor holds an `ActorClient` (`client.py`) connected to its
 learner. What both sides must agree on, the methods and their byte layouts, size limits, status
 codes and errors, is in `wire.py`.
 
 Every call carries the run secret (`impala/run_secret.py`) in its metadata. The learner checks
-it, in constant time, before any handler runs or a byte of the request is read: a call without
-it ends with gRPC's UNAUTHENTICATED, whatever method it names, and gets nothing else (no
-weights, no list of methods, nothing queued, no episode recorded). A request is then checked
-against its layout by its length before it is read, and what it would queue is checked, so
-that nothing an actor sends can stop the learner: a bad chunk is refused and counted
-(`LearnerService.refusals`). The learner bounds what callers can make it hold: messages (gRPC
-refuses a request larger than the largest chunk before the learner sees it), calls under way
-(`server.MAX_CONCURRENT_CALLS`), trajectories (the store's capacity) and episodes waiting
-(`server.MAX_WAITING_EPISODES`). Traffic is encrypted and both ends are authenticated by the
-run's certificate with `--transport_tls` (`impala/run_tls.py`); without it, it is plain TCP
-(see the README's threat model).
+it, in constant time, before any handler runs or a byte of the request is read
+(`authentication.py`): a call without it ends with gRPC's UNAUTHENTICATED, whatever method it
+names, and gets nothing else (no weights, no list of methods, nothing queued, no episode
+recorded). A request is then checked against its layout by its length before it is read, and
+what it would queue is checked, so that nothing an actor sends can stop the learner: a bad
+chunk is refused and counted (`LearnerService.refusals`, `refusals.py`). The learner bounds
+what callers can make it hold: messages (gRPC refuses a request larger than the largest chunk
+before the learner sees it), calls under way (`serving.MAX_CONCURRENT_CALLS`), trajectories
+(the store's capacity) and episodes waiting (`episodes.MAX_WAITING_EPISODES`). Traffic is
+encrypted and both ends are authenticated by the run's certificate with `--transport_tls`
+(`impala/run_tls.py`); without it, it is plain TCP (see the threat model in docs/guide.md).
 
 What travels how:
 - `Hello`: the actor's identity and task; the learner answers whether it may connect.
@@ -43,7 +43,9 @@ A new transport is a new server and client pair implementing the same methods as
 """
 
 from impala.transport.client import ActorClient
-from impala.transport.server import EpisodeBatch, LearnerService, QueuedTrajectories
+from impala.transport.episodes import EpisodeBatch
+from impala.transport.queueing import QueuedTrajectories
+from impala.transport.server import LearnerService
 from impala.transport.wire import (
     ACCEPTED,
     FINISHED,

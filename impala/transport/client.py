@@ -42,7 +42,7 @@ from impala.transport.wire import (
 # for most of a batch, and a learner tracing its first step for a minute keeps them waiting that
 # long; the tenth bounds how late an actor hears of room to about a tenth of the time it spends
 # waiting anyway. The learner serves its actors in the order they began to wait, and takes an
-# actor that has not asked for `server.ROOM_ASKING_SECS` (1 s) to have stopped: the longest
+# actor that has not asked for `roster.ROOM_ASKING_SECS` (1 s) to have stopped: the longest
 # pause must stay well below that.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)

@@ -24,8 +24,8 @@ in the spec's dtype, `action` `<i4` [T + 1, n], `policy_logits` `<f4` [T + 1, n,
 component of the agent's core state, [n, *shape] in its dtype.
 
 Every call carries the run secret in its metadata under `SECRET_KEY`. A learner compares it, in
-constant time, before it runs any handler or reads the request (`server.py`); a call without it
-ends with gRPC's UNAUTHENTICATED, whatever method it names, and learns nothing else.
+constant time, before it runs any handler or reads the request (`authentication.py`); a call
+without it ends with gRPC's UNAUTHENTICATED, whatever method it names, and learns nothing else.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class UnrollSpec:
         return ENQUEUE_HEADER.size + self.chunk_trajectories * self.trajectory_bytes
 
     def queue_specs(self) -> list:
-        """Per-trajectory components in queue order (see `server.QueuedTrajectories`), as
+        """Per-trajectory components in queue order (see `queueing.QueuedTrajectories`), as
         `tf.TensorSpec`s: the actor task, the weight version, the `Steps` fields [T + 1, ...],
         the flattened core state."""
         import tensorflow as tf

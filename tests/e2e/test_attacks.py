@@ -39,7 +39,7 @@ import grpc
 import numpy as np
 import pytest
 
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from tests.helpers import Processes, wait_until
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 
 import networks
 from impala import envs
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from impala.progress import thread_core_waits
 from tests.helpers import ROOT, Processes, pids_with, processes_with, wait_until
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from tests import hostile_csv
 from tests.helpers import (
     ROOT,

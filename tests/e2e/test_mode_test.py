@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from tests.helpers import ROOT
 from tests.videos import check_video
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from impala import build, envs, run_secret, transport
 from impala.actor.actor import Actor
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from impala.learner import checkpoints
 from impala.trajectory import MAX_ABS_POLICY_LOGIT
 from tests.helpers import wait_until

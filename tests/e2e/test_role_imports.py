@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from impala import run_secret
-from impala.launch.single_host import free_ports
+from impala.launch.ports import free_ports
 from tests.helpers import ROOT
 
 EXAMPLE_CSV = "--workers_csv_path=sandbox/local_workers_example.csv"

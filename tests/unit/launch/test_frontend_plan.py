@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from impala import run_folder
-from impala.launch import planning, tmux, workers_csv
+from impala.launch import learner_plan, run_control, run_layout, run_plan, tmux, workers_csv
+from impala.launch.containers import Containers
 from tests.helpers import run_without_ml_stack
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
@@ -28,7 +29,7 @@ def _plan(tmp_path, local_hosts=frozenset(), accept=False):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    return planning.plan_run(
+    return run_plan.plan_run(
         workers,
         ["--batch_size=32", "--level_name=PongNoFrameskip-v4"],
         "cluster",
@@ -62,7 +63,7 @@ def _run_supervised(tmp_path, exit_codes, max_restarts=2, private=True):
     codes = tmp_path / "codes"
     codes.write_text("".join(f"{code}\n" for code in exit_codes))
     line = f"bash -c {shlex.quote('c=$(head -1 codes); sed -i 1d codes; echo ran; exit $c')}"
-    command = planning._in_workdir(str(tmp_path), "logs", line, "actor_0", max_restarts, 1, private)
+    command = tmux.window_command(str(tmp_path), "logs", line, "actor_0", max_restarts, 1, private)
     done = subprocess.run(
         shlex.split(command), capture_output=True, text=True, timeout=60, umask=0o002
     )
@@ -82,7 +83,7 @@ def test_every_window_keeps_the_runs_files_private_unless_told_not_to(tmp_path):
     scripts = [shlex.split(w.command)[4] for plan in _plan(tmp_path) for w in plan.windows]
     assert len(scripts) == 3 and all(s.startswith("umask 077; cd ") for s in scripts)
     workers = workers_csv.read_workers(str(tmp_path / "cluster.csv"), default_workdir="/w")
-    plans = planning.plan_run(workers, ["--noprivate_run_files"], "cluster", private=False)
+    plans = run_plan.plan_run(workers, ["--noprivate_run_files"], "cluster", private=False)
     scripts = [shlex.split(w.command)[4] for plan in plans for w in plan.windows]
     assert len(scripts) == 3 and all(s.startswith("cd ") for s in scripts)
 
@@ -113,7 +114,7 @@ def test_learner_ranks_are_grouped_by_host_in_first_seen_order(tmp_path):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    assert [w.address for w in planning.learner_ranks(workers)] == [
+    assert [w.address for w in run_layout.learner_ranks(workers)] == [
         "n1:8001",
         "n1:8002",
         "n2:8001",
@@ -178,7 +179,7 @@ def test_a_users_logdir_holds_the_run_folder_on_every_host(tmp_path):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    plans = planning.plan_run(workers, [], "cluster", logdir="/data/impala")
+    plans = run_plan.plan_run(workers, [], "cluster", logdir="/data/impala")
     for plan in plans:
         for window in plan.windows:
             assert window.command.count("--logdir=/data/impala --experiment=cluster") == (
@@ -193,10 +194,10 @@ def test_every_host_gets_the_run_secret_in_each_run_folder_its_processes_read(tm
     path = tmp_path / "cluster.csv"
     path.write_text(CSV.replace("actor,n1,,22,alice,,,/w,", "actor,n1,,22,alice,,,/w2,"))
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    n1, n2 = planning.plan_run(workers, [], "cluster")
+    n1, n2 = run_plan.plan_run(workers, [], "cluster")
     assert n1.secret_paths == ("/w/runs/cluster/secret", "/w2/runs/cluster/secret")
     assert n2.secret_paths == ("/w/runs/cluster/secret",)
-    absolute = planning.plan_run(workers, [], "cluster", logdir="/data/impala")
+    absolute = run_plan.plan_run(workers, [], "cluster", logdir="/data/impala")
     assert [p.secret_paths for p in absolute] == [("/data/impala/cluster/secret",)] * 2
     # No process is told where it is: each reads its run folder's (--logdir, --experiment).
     assert not any("secret" in w.command for p in (n1, n2) for w in p.windows)
@@ -207,7 +208,7 @@ def test_with_transport_tls_every_host_gets_the_runs_bundle_beside_each_secret(t
     path = tmp_path / "cluster.csv"
     path.write_text(CSV.replace("actor,n1,,22,alice,,,/w,", "actor,n1,,22,alice,,,/w2,"))
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    n1, n2 = planning.plan_run(workers, ["--transport_tls=true"], "cluster", tls=True)
+    n1, n2 = run_plan.plan_run(workers, ["--transport_tls=true"], "cluster", tls=True)
     assert n1.tls_paths == ("/w/runs/cluster/tls.pem", "/w2/runs/cluster/tls.pem")
     assert n2.tls_paths == ("/w/runs/cluster/tls.pem",)
     # Each process finds it beside its secret: no window names it.
@@ -234,21 +235,21 @@ def test_the_dry_run_says_where_the_tls_bundle_goes_and_makes_none(tmp_path):
 
 
 def test_session_names_are_per_run_and_host():
-    assert planning.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
+    assert tmux.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 
 
 def test_learners_on_one_host_need_no_ssh_config(tmp_path):
     path = tmp_path / "one.csv"
     path.write_text(f"{HEADER}\nlearner,n1,8001,22,root,,,/w,\nactor,n2,,22,root,,,/w,\n")
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    (n1, _) = planning.plan_run(workers, [], "one")
+    (n1, _) = run_plan.plan_run(workers, [], "one")
     assert n1.files == ()
     assert "plm_rsh_args" not in n1.windows[0].command
     assert "--allow-run-as-root" in n1.windows[0].command  # Open MPI refuses root otherwise
 
 
 def test_tmux_window_keeps_its_pane_in_the_same_command_list():
-    window = planning.Window("actor_3", "python x.py")
+    window = tmux.Window("actor_3", "python x.py")
     assert tmux.tmux_new_window("impala_run", window, first=True) == [
         "new-session",
         "-d",
@@ -319,7 +320,7 @@ def _two_host_workers(tmp_path, workdir="/w", python="", key=""):
 
 def test_paths_with_spaces_quotes_and_shell_characters_are_one_word_in_every_command(tmp_path):
     workers = _two_host_workers(tmp_path, HOSTILE_WORKDIR, HOSTILE_PYTHON)
-    n1, n2 = planning.plan_run(workers, [], "cluster")
+    n1, n2 = run_plan.plan_run(workers, [], "cluster")
     (learners,) = n1.windows
     words = shlex.split(_script(learners))
     assert words[:2] == ["cd", HOSTILE_WORKDIR]
@@ -336,7 +337,7 @@ def test_paths_with_spaces_quotes_and_shell_characters_are_one_word_in_every_com
 def test_learners_on_several_hosts_need_a_run_folder_path_without_spaces(tmp_path):
     workers = _two_host_workers(tmp_path)
     with pytest.raises(ValueError, match=r"--logdir='/data/my runs' .* without spaces"):
-        planning.plan_run(workers, [], "cluster", logdir="/data/my runs")
+        run_plan.plan_run(workers, [], "cluster", logdir="/data/my runs")
 
 
 def _ssh_reads(config, tmp_path, host):
@@ -357,7 +358,7 @@ def test_ssh_reads_the_paths_in_mpiruns_config_back_intact(tmp_path):
     key = tmp_path / "my key's #1 =x"
     key.write_text("not really a key")
     workers = _two_host_workers(tmp_path, key=str(key))
-    (n1, _) = planning.plan_run(workers, [], "cluster", known_hosts="~/my known hosts")
+    (n1, _) = run_plan.plan_run(workers, [], "cluster", known_hosts="~/my known hosts")
     for host, user, port in (("n1", "alice", "22"), ("n2", "bob", "2222")):
         read = _ssh_reads(n1.files[0][1], tmp_path, host)
         assert (read["hostname"], read["user"], read["port"]) == (host, user, port)
@@ -369,7 +370,7 @@ def test_ssh_reads_the_paths_in_mpiruns_config_back_intact(tmp_path):
 def test_ssh_config_doubles_percent_signs(tmp_path):
     key = tmp_path / "100%d"
     key.write_text("not really a key")
-    (n1, _) = planning.plan_run(_two_host_workers(tmp_path, key=str(key)), [], "cluster")
+    (n1, _) = run_plan.plan_run(_two_host_workers(tmp_path, key=str(key)), [], "cluster")
     assert f"  IdentityFile {tmp_path}/100%%d\n" in n1.files[0][1]
 
 
@@ -389,21 +390,21 @@ def test_ssh_config_refuses_what_it_cannot_hold(tmp_path, field, value):
     # Rows that did not come through the CSV's checks: the config still holds only safe values.
     (worker, *_) = _two_host_workers(tmp_path)
     with pytest.raises(ValueError, match=rf"{field}={re.escape(repr(value))}: "):
-        planning.ssh_config([dataclasses.replace(worker, **{field: value})], False, "~/kh")
+        learner_plan.ssh_config([dataclasses.replace(worker, **{field: value})], False, "~/kh")
 
 
 @pytest.mark.parametrize("known_hosts", ["/kh\nProxyCommand touch /tmp/PWNED", "/kh/$HOME"])
 def test_ssh_config_refuses_a_known_hosts_path_it_cannot_hold(tmp_path, known_hosts):
     workers = _two_host_workers(tmp_path)
     with pytest.raises(ValueError, match=r"--known_hosts=.*: cannot go into mpirun's ssh config"):
-        planning.plan_run(workers, [], "cluster", known_hosts=known_hosts)
+        run_plan.plan_run(workers, [], "cluster", known_hosts=known_hosts)
 
 
 def test_tmux_never_gets_a_window_command_ending_in_a_semicolon():
     # tmux reads an argument ending in ';' as the end of its command and runs the rest as tmux
     # commands.
     with pytest.raises(ValueError, match="may not end with ';'"):
-        tmux.tmux_new_window("impala_run", planning.Window("actor_0", "true;"), first=True)
+        tmux.tmux_new_window("impala_run", tmux.Window("actor_0", "true;"), first=True)
 
 
 def test_a_dry_run_refuses_a_bad_job_flag_in_one_line(tmp_path):
@@ -468,11 +469,11 @@ def _container_plan(tmp_path, runtime=("podman", "--runtime", "runc")):
     path = tmp_path / "cluster.csv"
     path.write_text(ONE_LEARNER_HOST)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    return planning.plan_run(
+    return run_plan.plan_run(
         workers,
         ["--batch_size=32"],
         "cluster",
-        containers=planning.Containers("registry.example/impala:1.0", runtime),
+        containers=Containers("registry.example/impala:1.0", runtime),
     )
 
 
@@ -536,8 +537,8 @@ def test_with_an_image_learners_on_other_hosts_start_through_an_sshd_container_t
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)  # learners: two on n1 (workdir /w), one on n2 (workdir /w)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    containers = planning.Containers("impala", ("docker",), sshd_port=2200)
-    n1, n2 = planning.plan_run(workers, [], "cluster", containers=containers)
+    containers = Containers("impala", ("docker",), sshd_port=2200)
+    n1, n2 = run_plan.plan_run(workers, [], "cluster", containers=containers)
     # n2's sshd starts first (its plan first, its window first): mpirun on n1 then waits for it.
     assert (n1.host, n2.host) == ("n2", "n1")
     n1, n2 = n2, n1
@@ -579,17 +580,15 @@ def test_with_an_image_learners_on_other_hosts_start_through_an_sshd_container_t
 
 
 def test_the_run_ssh_keys_go_where_the_plan_says_with_a_known_hosts_line_per_sshd(tmp_path):
-    from impala.launch import hosts
-
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    containers = planning.Containers("impala", ("docker",), sshd_port=2200)
-    plans = planning.plan_run(workers, [], "cluster", containers=containers)
-    keys = hosts.run_ssh_keys(str(tmp_path / "keys"))
-    assert keys == hosts.run_ssh_keys(str(tmp_path / "keys"))  # made once, then the same
+    containers = Containers("impala", ("docker",), sshd_port=2200)
+    plans = run_plan.plan_run(workers, [], "cluster", containers=containers)
+    keys = run_control.run_ssh_keys(str(tmp_path / "keys"))
+    assert keys == run_control.run_ssh_keys(str(tmp_path / "keys"))  # made once, then the same
     assert stat.S_IMODE(os.stat(tmp_path / "keys" / "client").st_mode) == 0o600
-    contents = hosts._key_contents(plans, keys)
+    contents = run_control._key_contents(plans, keys)
     assert contents["known_hosts"] == f"[n2]:2200 {' '.join(keys.host_public.split()[:2])}\n"
     assert contents["authorized_keys"] == f"restrict {keys.client_public}"
     assert "PRIVATE KEY" in contents["id_ed25519"] and "PRIVATE KEY" in contents["host_key"]
@@ -610,11 +609,11 @@ def test_the_run_ssh_keys_go_where_the_plan_says_with_a_known_hosts_line_per_ssh
 )
 def test_an_image_or_runtime_that_would_not_be_one_word_is_refused(image, runtime):
     with pytest.raises(ValueError, match=r"--docker_image|--container_runtime"):
-        planning.Containers(image, runtime)
+        Containers(image, runtime)
 
 
 def test_stopping_a_containers_run_signals_its_learners_and_removes_its_containers():
-    containers = planning.Containers("impala", ("docker",))
+    containers = Containers("impala", ("docker",))
     assert containers.signal_command("impala_r_n1", "learners", "USR1") == (
         "docker kill --signal USR1 impala_r_n1-learners"
     )
@@ -643,4 +642,4 @@ def test_the_dry_run_shows_the_container_commands(tmp_path):
 @pytest.mark.parametrize("port", [0, -1, 65536])
 def test_a_container_sshd_port_out_of_range_is_refused(port):
     with pytest.raises(ValueError, match=rf"^--container_sshd_port={port}: not a port in 1-65535"):
-        planning.Containers("impala", ("docker",), sshd_port=port)
+        Containers("impala", ("docker",), sshd_port=port)

@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from impala import run_secret, run_tls
-from impala.launch import hosts, planning, workers_csv
+from impala.launch import hosts, run_control, run_plan, workers_csv
 
 CSV = """job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python
 learner,n1,8001,22,alice,,,/w,
@@ -45,7 +45,7 @@ def _plans(tmp_path, tls):
     path = tmp_path / "cluster.csv"
     path.write_text(CSV)
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
-    return planning.plan_run(workers, [], "cluster", tls=tls)
+    return run_plan.plan_run(workers, [], "cluster", tls=tls)
 
 
 def test_a_start_copies_the_tls_bundle_beside_every_secret_before_any_window(tmp_path, monkeypatch):
@@ -57,7 +57,7 @@ def test_a_start_copies_the_tls_bundle_beside_every_secret_before_any_window(tmp
 
     monkeypatch.setattr(hosts, "connect", connect)
     bundle = run_tls.create(str(tmp_path / "tls.pem")).pem()
-    hosts.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32, None, bundle)
+    run_control.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32, None, bundle)
     n1, n2 = connected["n1"], connected["n2"]
     assert [(path, kind) for path, kind, _ in n1.written] == [
         ("/w/runs/cluster/secret", "secret"),
@@ -78,7 +78,7 @@ def test_a_start_copies_the_tls_bundle_beside_every_secret_before_any_window(tmp
 def test_a_start_that_plans_the_bundle_without_one_to_copy_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(hosts, "connect", lambda plan, ssh: pytest.fail("connected"))
     with pytest.raises(hosts.HostError, match=r"needs its TLS bundle \(--transport_tls\)"):
-        hosts.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32)
+        run_control.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32)
 
 
 def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_path):

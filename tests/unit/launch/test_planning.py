@@ -12,7 +12,7 @@ from absl.testing import flagsaver
 
 from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
-from impala.launch import planning, single_host
+from impala.launch import planning, ports, single_host, supervisor
 from tests.helpers import run_without_ml_stack
 
 FLAGS = impala_flags.FLAGS
@@ -78,7 +78,7 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     assert learner[2].endswith("experiment.py")
     hosts = learner[4].removeprefix("--learner_hosts=")
     port = int(hosts.removeprefix("localhost:"))
-    low, high = single_host._ephemeral_port_range()
+    low, high = ports._ephemeral_port_range()
     assert 10_000 <= port < low or high < port < 65_536
     assert [a[4] for a in actors] == ["--task=0", "--task=1"]
     assert all(a[5] == f"--learner_hosts={hosts}" and a[-1] == "--seed=1" for a in actors)
@@ -86,8 +86,8 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     learner, _ = single_host.plan(2, 2, [], "py", as_root=True)
     assert learner[:3] == ["mpirun", "-np", "2"]
     learner_hosts = next(a for a in learner if a.startswith("--learner_hosts="))
-    ports = {h.split(":")[1] for h in learner_hosts.split("=")[1].split(",")}
-    assert len(ports) == 2  # each learner its own port
+    learner_ports = {h.split(":")[1] for h in learner_hosts.split("=")[1].split(",")}
+    assert len(learner_ports) == 2  # each learner its own port
 
 
 class _ListenerFirst(random.Random):
@@ -103,16 +103,16 @@ class _ListenerFirst(random.Random):
 
 
 def test_free_ports_are_distinct_bindable_outside_the_ephemeral_range_and_skip_listeners():
-    low, high = single_host._ephemeral_port_range()
+    low, high = ports._ephemeral_port_range()
     with socket.socket() as listener:
         listener.bind(("0.0.0.0", 0))
         listener.listen()
         busy = listener.getsockname()[1]
         # A busy port tried first is skipped (the listener's port, in whatever range it is).
-        ports = single_host.free_ports(5, rng=_ListenerFirst(busy))
-    assert busy not in ports and len(set(ports)) == 5
-    assert all(10_000 <= p < low or high < p < 65_536 for p in ports)
-    for port in ports:
+        found = ports.free_ports(5, rng=_ListenerFirst(busy))
+    assert busy not in found and len(set(found)) == 5
+    assert all(10_000 <= p < low or high < p < 65_536 for p in found)
+    for port in found:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
 
@@ -120,9 +120,9 @@ def test_free_ports_are_distinct_bindable_outside_the_ephemeral_range_and_skip_l
 def test_free_ports_fall_back_to_the_os_when_the_ephemeral_range_covers_everything(
     monkeypatch,
 ):
-    monkeypatch.setattr(single_host, "_ephemeral_port_range", lambda: (1024, 65535))
-    ports = single_host.free_ports(3)  # no candidates of its own: without a fallback, none
-    assert len(set(ports)) == 3 and all(single_host._bindable(p) for p in ports)
+    monkeypatch.setattr(ports, "_ephemeral_port_range", lambda: (1024, 65535))
+    found = ports.free_ports(3)  # no candidates of its own: without a fallback, none
+    assert len(set(found)) == 3 and all(ports._bindable(p) for p in found)
 
 
 def _check_as_launcher(*argv):
@@ -247,9 +247,9 @@ def test_run_local_refuses_a_bad_job_flag_in_one_line_before_starting_or_writing
 
 @pytest.mark.parametrize("code", run_folder.FINAL_EXIT_CODES)
 def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopped(code):
-    role = single_host._Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
+    role = supervisor.Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
     assert not role.schedule_restart(code) and role.given_up
-    assert single_host._Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
+    assert supervisor.Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
 
 
 def test_run_local_makes_the_tls_bundle_beside_the_secret_only_with_transport_tls(tmp_path):

@@ -5,7 +5,6 @@ Attacks on a learner process are in tests/e2e/test_attacks.py.
 """
 
 import contextlib
-import gc
 import socket
 import threading
 import time
@@ -18,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from impala import run_tls
-from impala.learner.store import FifoStore
 from impala.trajectory import Steps, Unroll
+from impala.trajectory_store import FifoStore
 from impala.transport import (
     ACCEPTED,
     MAX_MESSAGE_BYTES,
@@ -38,7 +37,8 @@ from impala.transport import (
     UnrollSpec,
     wire,
 )
-from impala.transport.server import ROOM_ASKING_SECS, check_listening_address
+from impala.transport.roster import ROOM_ASKING_SECS
+from impala.transport.serving import check_listening_address
 
 IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent": "ResNetLSTMAgent", "unroll_length": 4}
 SECRET = "5e" * 32  # a run secret: 64 hexadecimal digits
@@ -621,38 +621,6 @@ def test_close_releases_an_actor_waiting_for_room(make_service):
 
 
 # ---- The trajectory store -------------------------------------------------------------------
-
-
-def test_fifo_store_admits_while_not_full_and_hands_out_in_order():
-    # What any `TrajectoryStore` is asked, run as the service runs it: inside tf.functions.
-    # Earlier tests' RPC futures are collected first: a future collected while a function is
-    # traced puts its deletion into that function's graph, which then fails when run twice.
-    gc.collect()
-    store = FifoStore([tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.float32)], capacity=3)
-    admit, take = tf.function(store.admit), tf.function(store.take)
-
-    def chunk(first, count):
-        ids = tf.range(first, first + count)
-        return [ids, tf.cast(tf.stack([ids, -ids], axis=1), tf.float32)]
-
-    assert store.capacity == 3
-    assert bool(admit(chunk(0, 2)))
-    assert bool(admit(chunk(2, 2)))  # 2 of 3: let in whole, passing the capacity by one
-    assert int(store.size()) == 4
-    assert not bool(admit(chunk(4, 1)))  # full: refused at once, nothing stored
-    assert int(store.size()) == 4
-    assert not bool(tf.function(store.has_room)())
-
-    ids, values = take(tf.constant(3))
-    assert ids.numpy().tolist() == [0, 1, 2]
-    assert bool(store.has_room())
-    np.testing.assert_array_equal(values.numpy(), [[0, 0], [1, -1], [2, -2]])
-    assert bool(admit(chunk(4, 1)))
-    store.close()
-    # What was stored before closing can still be taken, and no more.
-    assert take(tf.constant(2))[0].numpy().tolist() == [3, 4]
-    with pytest.raises(tf.errors.OutOfRangeError):
-        take(tf.constant(1))
 
 
 def test_the_service_keeps_trajectories_in_the_store_it_is_given():

@@ -4,17 +4,21 @@
 admits every chunk an actor sends into its store and takes its training batches from it.
 `FifoStore` is today's store, a first-in first-out queue: every trajectory is trained on once.
 A replay scheme (a buffer mixing stored unrolls with fresh ones, say) is a new `TrajectoryStore`
-in this file, handed to the service in place of the `FifoStore`.
+registered in `STORES` under its name; `make_store` builds a store by name, and the service
+takes the store it is handed (or builds the default, `DEFAULT_STORE`, from a capacity).
 
 A trajectory is a list of components in `UnrollSpec.queue_specs()` order: the actor task, the
 weight version, the `Steps` fields [T + 1, ...], the flattened core state. Stores move them
 batch-major, [n, ...] per component.
+
+Shared by the transport (which fills the store) and the learner (which sizes it): neither
+imports the other for it.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -22,9 +26,10 @@ import tensorflow as tf
 class TrajectoryStore(abc.ABC):
     """Trajectories between the actors' RPCs and the learner's batches.
 
-    `admit` runs inside the RPC server's TensorFlow functions, on its threads, and `take`
-    inside the learner's dequeue function: both build graph-mode TensorFlow ops (which also run
-    eagerly). The store must be safe to call from several server threads at once.
+    `admit` runs inside a TensorFlow function that the transport calls on its server threads,
+    and `take` inside the learner's dequeue function: both build graph-mode TensorFlow ops
+    (which also run eagerly). The store must be safe to call from several server threads at
+    once.
     """
 
     @abc.abstractmethod
@@ -116,3 +121,22 @@ class FifoStore(TrajectoryStore):
 
     def close(self) -> None:
         self._queue.close(cancel_pending_enqueues=True)
+
+
+# Every kind of store, by name: each is made from one trajectory's components
+# (`UnrollSpec.queue_specs()`) and the trajectories it holds before actors wait for room.
+STORES: dict[str, Callable[[Sequence[tf.TensorSpec], int], TrajectoryStore]] = {
+    "fifo": FifoStore,
+}
+DEFAULT_STORE = "fifo"
+
+
+def make_store(kind: str, specs: Sequence[tf.TensorSpec], capacity: int) -> TrajectoryStore:
+    """An empty store of `kind` (a name in `STORES`).
+
+    Raises:
+      ValueError: `kind` names no store.
+    """
+    if kind not in STORES:
+        raise ValueError(f"trajectory store {kind!r}: not one of {', '.join(sorted(STORES))}")
+    return STORES[kind](specs, capacity)

@@ -1,0 +1,141 @@
+"""The gRPC server a learner's service runs: where it listens, its caps, and how a call finds
+its handler (only once its run secret passed, `authentication.py`).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from collections.abc import Callable, Mapping
+from concurrent import futures
+
+import grpc
+
+from impala import configs
+from impala.transport.authentication import Authenticator
+from impala.transport.wire import ProtocolError
+
+# Threads that run calls, and calls under way at once (more are answered RESOURCE_EXHAUSTED at
+# once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that calls can
+# hold on a learner are bounded by about 128 x 3 MiB, whatever callers do.
+SERVER_THREADS = 8
+MAX_CONCURRENT_CALLS = 128
+# Streams one connection may hold open at once (an actor has one per chunk in flight).
+MAX_STREAMS_PER_CONNECTION = 32
+
+# A method's behaviour: the request's bytes and the gRPC context -> the reply's bytes.
+Behaviour = Callable[[bytes, grpc.ServicerContext], bytes]
+
+
+def serve(
+    address: str,
+    behaviours: Mapping[str, Behaviour],
+    authenticator: Authenticator,
+    max_request_bytes: int,
+    tls=None,
+) -> grpc.Server:
+    """Starts a gRPC server at `address` ("host:port") answering `behaviours` (method path ->
+    behaviour) to calls that `authenticator` admits.
+
+    Args:
+      address: where to listen.
+      behaviours: each method's behaviour; a request that breaks its method's layout
+        (`ProtocolError`) ends INVALID_ARGUMENT.
+      authenticator: checks each call's secret before its handler is looked up.
+      max_request_bytes: the largest request gRPC accepts (larger ones end RESOURCE_EXHAUSTED
+        before any of it reaches this process's Python).
+      tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
+
+    Raises:
+      ValueError: the server cannot listen at `address`.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix="learner-rpc"),
+        handlers=[_Methods(authenticator, behaviours)],
+        maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
+        options=[
+            # The largest request is a full `Enqueue` chunk: gRPC refuses larger ones
+            # (RESOURCE_EXHAUSTED) before any of it reaches this process's Python.
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+            # gRPC lets a second server share a port (SO_REUSEPORT) by default: refuse that.
+            ("grpc.so_reuseport", 0),
+            # Receive windows that grow by bandwidth probing let each connection make the
+            # learner buffer megabytes of requests it will refuse: a stranger opening many
+            # connections grew it by gigabytes (tests/e2e/test_attacks.py).
+            ("grpc.http2.bdp_probe", 0),
+        ],
+    )
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        from impala import run_tls
+
+        bound = server.add_secure_port(address, run_tls.server_credentials(tls))
+    if not bound:
+        raise ValueError(f"cannot listen at {address}")
+    server.start()
+    return server
+
+
+class _Methods(grpc.GenericRpcHandler):
+    """Finds a call's handler once its secret passed; a call without it gets one that ends it
+    UNAUTHENTICATED without reading its request, whatever method it names."""
+
+    def __init__(self, authenticator: Authenticator, behaviours: Mapping[str, Behaviour]):
+        self._authenticator = authenticator
+        self._handlers = {
+            path: grpc.unary_unary_rpc_method_handler(_answering(behaviour))
+            for path, behaviour in behaviours.items()
+        }
+
+    def service(self, handler_call_details):
+        if not self._authenticator.admits(handler_call_details.invocation_metadata):
+            return self._authenticator.refusal
+        # None: gRPC answers UNIMPLEMENTED (to a caller with the secret only).
+        return self._handlers.get(handler_call_details.method)
+
+
+def _answering(behaviour: Behaviour):
+    """`behaviour`, with a request that breaks its layout ended INVALID_ARGUMENT."""
+
+    def answer(request: bytes, context) -> bytes:
+        try:
+            return behaviour(request, context)
+        except ProtocolError as error:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
+
+    return answer
+
+
+def check_listening_address(address: str) -> None:
+    """Raises a one-line error unless a server can listen at `address` ("host:port") now.
+
+    gRPC's own bind failures say little, and by default it lets a second server share a port
+    (SO_REUSEPORT): so binding is tried here first, without sharing.
+    """
+    host, port = configs.parse_address(address, "learner address")
+    try:
+        candidates = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ValueError(
+            f"cannot listen at {address}: {host} does not resolve ({error.strerror})"
+        ) from None
+    failures = []
+    for family, kind, proto, _, sockaddr in candidates:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise ValueError(
+                        f"cannot listen at {address}: port {port} is in use by another process"
+                    ) from None
+                failures.append(f"{sockaddr[0]}: {error.strerror}")
+    # A name with an IPv6 address on a host without IPv6 still has its IPv4 one.
+    if len(failures) == len(candidates):
+        raise ValueError(
+            f"cannot listen at {address} ({'; '.join(failures)}): is {host} an address of "
+            "this host?"
+        )
