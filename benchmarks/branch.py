@@ -29,10 +29,10 @@ from typing import Any
 import tensorflow as tf
 from google.protobuf import message
 
-import plot
 from impala import run_folder
+from impala.curves import events as run_events
 from impala.evaluation import restore
-from impala.learner import checkpoints
+from impala.learner import checkpoint_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +61,9 @@ def source(checkpoint: str) -> Source:
     if flags is None:
         raise ValueError(f"{path}: its folder {run_dir} has no {run_folder.FLAGS_FILE}")
     try:
-        frames = checkpoints.read_counter(path, "frames")
-    except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: a short file
-        reason = checkpoints.first_line(error)
+        frames = checkpoint_folder.read_counter(path, "frames")
+    except (tf.errors.OpError, ValueError, IndexError, TypeError) as error:  # IndexError: short
+        reason = checkpoint_folder.first_line(error)
         raise ValueError(f"{path}: not a checkpoint of this project ({reason})") from None
     return Source(os.path.abspath(checkpoint), os.path.abspath(path), run_dir, frames, flags)
 
@@ -86,19 +86,21 @@ def branch(start: Source, run_dir: str) -> None:
     try:
         # As a run folder a launcher makes (mkdtemp makes it private).
         os.chmod(staging, 0o777 & ~run_folder.current_umask())
-        checkpoints.copy_regular_file(
+        checkpoint_folder.copy_regular_file(
             os.path.join(start.run_dir, run_folder.FLAGS_FILE),
             os.path.join(staging, run_folder.FLAGS_FILE),
         )
-        checkpoints.copy_checkpoint(start.checkpoint, os.path.join(staging, run_folder.CHECKPOINTS))
-        for events in plot.event_files(start.run_dir):
+        checkpoint_folder.copy_checkpoint(
+            start.checkpoint, os.path.join(staging, run_folder.CHECKPOINTS)
+        )
+        for events in run_events.event_files(start.run_dir):
             copy_events(events, os.path.join(staging, os.path.basename(events)), start.frames)
         record = {"checkpoint": start.checkpoint, "frames": start.frames, "given": start.given}
         run_folder.write_json(os.path.join(staging, run_folder.BRANCH_FILE), record)
-        checkpoints.fsync_path(os.path.join(staging, run_folder.BRANCH_FILE))
-        checkpoints.fsync_path(staging)
+        checkpoint_folder.fsync_path(os.path.join(staging, run_folder.BRANCH_FILE))
+        checkpoint_folder.fsync_path(staging)
         os.rename(staging, run_dir)
-        checkpoints.fsync_path(parent)
+        checkpoint_folder.fsync_path(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -125,7 +127,7 @@ def copy_events(path: str, out: str, last_step: int) -> int:
         except tf.errors.DataLossError:
             pass
         except (tf.errors.OpError, message.DecodeError) as error:
-            reason = checkpoints.first_line(error)
+            reason = checkpoint_folder.first_line(error)
             raise ValueError(f"{path}: cannot be read as TensorBoard events ({reason})") from None
-    checkpoints.fsync_path(out)
+    checkpoint_folder.fsync_path(out)
     return kept

@@ -8,5 +8,6 @@ Sub-packages by role; each imports only the stack its role needs:
   transport/  unrolls to learners and weights to actors over TensorFlow's gRPC runtime
   launch/     the workers CSV, command plans, tmux and SSH hosts, the run on this host
 
-and shared modules: flags and configs (no TensorFlow), trajectory types, run folders, progress.
+and shared modules: flags and configs (no TensorFlow), trajectory types, run folders, progress;
+and curves/, the learning curves `plot.py` and the benchmarks read, analyse and draw.
 """

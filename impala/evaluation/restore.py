@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import tensorflow as tf
 
 import networks
 from impala import build, envs, run_folder, run_identity
-from impala.learner import checkpoints
+from impala.learner import checkpoint_folder, checkpoints
 
 if TYPE_CHECKING:
-    from impala.evaluation import EvalConfig
+    from impala.configs import EvalConfig
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
@@ -53,23 +54,77 @@ def run_folder_of(path: str) -> str:
     return folder
 
 
-def read_identity(path: str) -> dict[str, Any]:
-    """The checkpoint's environment and network, or a one-line ValueError naming it."""
+def _is_number_type(name) -> bool:
+    """Whether `name` names a NumPy integer or floating type (an observation's dtype)."""
     try:
-        return checkpoints.read_identity(path)
-    except (tf.errors.OpError, ValueError, IndexError) as error:
+        return isinstance(name, str) and np.dtype(name).kind in "iuf"
+    except TypeError:
+        return False
+
+
+# What a checkpoint's identity holds for it to be played: each key's check and what it must be.
+# Keys written later (`frames_per_step`, `frame_pooling`) may be missing.
+_IDENTITY_FIELDS = {
+    "level_name": (lambda v: isinstance(v, str) and v != "", "a game's name"),
+    "agent_name": (lambda v: isinstance(v, str) and v != "", "a network's name"),
+    "num_actions": (lambda v: type(v) is int and v > 0, "a number of actions"),
+    "observation_shape": (
+        lambda v: isinstance(v, list) and all(type(d) is int and d > 0 for d in v),
+        "a list of sizes",
+    ),
+    "observation_dtype": (_is_number_type, "a numeric type's name"),
+    "num_action_repeats": (lambda v: type(v) is int and v > 0, "a number of repeats"),
+}
+_LATER_FIELDS = {
+    "frames_per_step": (lambda v: type(v) is int and v > 0, "a number of frames"),
+    "frame_pooling": (lambda v: isinstance(v, str), "a frame pooling"),
+}
+
+
+def read_identity(path: str) -> dict[str, Any]:
+    """The checkpoint's environment and network, or a one-line ValueError naming it (a
+    checkpoint that cannot be read, another program's, or one without a playable identity)."""
+    try:
+        identity = checkpoints.read_identity(path)
+    except checkpoint_folder.READ_ERRORS as error:
         message = checkpoints.first_line(error)
         raise ValueError(
             f"{path}: not a checkpoint of this project's learner ({message})"
         ) from error
+    for key in _IDENTITY_FIELDS:
+        if key not in identity:
+            raise ValueError(
+                f"{path}: not a checkpoint of this project's learner (its identity has no {key})"
+            )
+    for key, (usable, what) in {**_IDENTITY_FIELDS, **_LATER_FIELDS}.items():
+        if key in identity and not usable(identity[key]):
+            raise ValueError(
+                f"{path}: not a checkpoint of this project's learner (its {key} "
+                f"{identity[key]!r:.80} is not {what})"
+            )
+    return identity
+
+
+def read_counters(path: str) -> tuple[int, int]:
+    """The frames and weight version the checkpoint was written at, or a one-line ValueError
+    naming it."""
+    try:
+        return checkpoints.read_counter(path, "frames"), checkpoints.read_counter(path, "version")
+    except checkpoint_folder.READ_ERRORS as error:
+        raise ValueError(
+            f"{path}: its frames and weight version cannot be read "
+            f"({checkpoints.first_line(error)}); name an earlier checkpoint of "
+            f"{os.path.dirname(path)} with --checkpoint"
+        ) from None
 
 
 def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> None:
-    """Raises a one-line ValueError if an explicit --level_name, --agent_name, --frame_skip or
-    --frame_pooling differs."""
-    if config.level_name is not None and config.level_name != identity["level_name"]:
+    """Raises a one-line ValueError if an explicit --level_name, --agent_name, --frame_skip
+    (other than 0) or --frame_pooling differs (`config.given` names the game's)."""
+    game, given = config.game, config.given
+    if "level_name" in given and game.level_name != identity["level_name"]:
         raise ValueError(
-            f"--level_name={config.level_name} differs from the checkpoint's "
+            f"--level_name={game.level_name} differs from the checkpoint's "
             f"{identity['level_name']} ({path}); leave --level_name out to play its game"
         )
     # Agent names are case-insensitive, as for training.
@@ -80,18 +135,18 @@ def check_identity(identity: dict[str, Any], config: EvalConfig, path: str) -> N
             f"--agent_name={config.agent_name} differs from the checkpoint's "
             f"{identity['agent_name']} ({path}); leave --agent_name out to use its network"
         )
-    if config.frame_skip:
+    if "frame_skip" in given and game.frame_skip:
         trained_skip = _frame_skip(identity)
-        if config.frame_skip != trained_skip:
+        if game.frame_skip != trained_skip:
             raise ValueError(
-                f"--frame_skip={config.frame_skip} differs from the checkpoint's "
+                f"--frame_skip={game.frame_skip} differs from the checkpoint's "
                 f"{trained_skip or 'none (not an Atari id)'} ({path}); leave --frame_skip "
                 f"out to play as it was trained"
             )
     trained_pooling = run_identity.frame_pooling(identity)
-    if config.frame_pooling is not None and config.frame_pooling != trained_pooling:
+    if "frame_pooling" in given and game.frame_pooling != trained_pooling:
         raise ValueError(
-            f"--frame_pooling={config.frame_pooling} differs from the checkpoint's "
+            f"--frame_pooling={game.frame_pooling} differs from the checkpoint's "
             f"{trained_pooling} ({path}); leave --frame_pooling out to play as it was trained"
         )
 
@@ -102,20 +157,24 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
     Raises:
       ValueError: the checkpoint lacks some of the network's weights.
     """
-    agent = build.agent_for(
-        identity["agent_name"],
-        identity["num_actions"],
-        identity["observation_shape"],
-        identity["observation_dtype"],
-    )
+    try:
+        agent = build.agent_for(
+            identity["agent_name"],
+            identity["num_actions"],
+            identity["observation_shape"],
+            identity["observation_dtype"],
+        )
+    except (tf.errors.OpError, ValueError, TypeError) as error:
+        raise ValueError(
+            f"{path}: its network cannot be built ({checkpoints.first_line(error)})"
+        ) from None
     try:
         status = tf.train.Checkpoint(agent=agent).read(path)
-    except (tf.errors.OpError, IndexError) as error:  # truncated or corrupt (CRCs are checked)
-        text = getattr(error, "message", None) or str(error)
-        message = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    # Truncated or corrupt (CRCs are checked), or weights of other shapes than the network's.
+    except (tf.errors.OpError, IndexError, ValueError) as error:
         raise ValueError(
-            f"{path}: cannot be read ({message}); name an earlier checkpoint of "
-            f"{os.path.dirname(path)} with --checkpoint"
+            f"{path}: cannot be read ({checkpoints.first_line(error)}); name an earlier "
+            f"checkpoint of {os.path.dirname(path)} with --checkpoint"
         ) from None
     status.expect_partial()  # The optimizer's slots and the counters are not needed here.
     try:

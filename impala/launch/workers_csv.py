@@ -11,6 +11,9 @@ Columns (header row required, any order; see sandbox/README.md):
   workdir   (optional)  absolute path of the project on that host (default: where it lives here)
   python    (optional)  absolute path of its interpreter (default: <workdir>/.venv/bin/python)
 
+Each learner endpoint (host and tf_port) appears once: two rows of one port whose hosts resolve to
+a shared address (`localhost` and `127.0.0.1`, a name and its address) are refused too.
+
 Passwords are never read from this file. The file comes from others: every field is checked
 against what it may hold before anything uses it (no control characters anywhere; host and user
 only in their usual syntax), and every command built from the rows quotes what it interpolates.
@@ -26,6 +29,9 @@ import ipaddress
 import os
 import posixpath
 import re
+import socket
+import threading
+import time
 
 REQUIRED_COLUMNS = (
     "job",
@@ -39,6 +45,9 @@ REQUIRED_COLUMNS = (
 OPTIONAL_COLUMNS = ("workdir", "python")
 JOBS = ("learner", "actor")
 
+# How long the hosts of rows that share a port may take to resolve, all together, before each
+# name that has not is taken as it is (`resolve`).
+RESOLVE_TIMEOUT_SECS = 5.0
 # A workers CSV has one short row per process; anything much larger is not one.
 MAX_BYTES = 1 << 20
 # RFC 1123 host names: labels of letters, digits and hyphens (not first or last), dots between.
@@ -297,3 +306,62 @@ def _check_run(path: str, workers: list[Worker]) -> None:
                 f"is already used on line {seen[key].line}"
             )
         seen[key] = worker
+    _check_endpoints(path, list(seen.values()))
+
+
+def _check_endpoints(path: str, workers: list[Worker]) -> None:
+    """Refuses two rows of one port whose hosts resolve to a shared address: one endpoint
+    under two names (`localhost` and `127.0.0.1`, a name and its address). A name that does not
+    resolve in time is left as it is."""
+    by_port: dict[int, list[Worker]] = {}
+    for worker in workers:
+        by_port.setdefault(worker.tf_port, []).append(worker)
+    shared = [group for group in by_port.values() if len(group) > 1]
+    if not shared:
+        return
+    addresses = resolve({worker.host for group in shared for worker in group})
+    for group in shared:
+        for index, worker in enumerate(group):
+            for other in group[:index]:
+                common = addresses.get(other.host, set()) & addresses.get(worker.host, set())
+                if common:
+                    raise WorkersCsvError(
+                        f"{path}: lines {other.line} and {worker.line}: {other.address} and "
+                        f"{worker.address} are one endpoint (both reach {min(common)}); name "
+                        "each learner once, with a port of its own"
+                    )
+
+
+def resolve(hosts: set[str], timeout: float | None = None) -> dict[str, set[str]]:
+    """Each host's addresses (IPv4-mapped IPv6 ones as IPv4), resolved at once, for at most
+    `timeout` seconds in all (default `RESOLVE_TIMEOUT_SECS`); a name that does not resolve in
+    time has none."""
+    timeout = RESOLVE_TIMEOUT_SECS if timeout is None else timeout
+    found: dict[str, set[str]] = {}
+
+    def lookup(host: str) -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return
+        found[host] = {_canonical(info[4][0]) for info in infos}
+
+    # Daemon threads: a resolver that hangs neither holds this up past the deadline nor keeps
+    # the process from exiting.
+    threads = [threading.Thread(target=lookup, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return {host: set(found.get(host, ())) for host in hosts}
+
+
+def _canonical(address: str) -> str:
+    """`address` as one spelling: ::ffff:127.0.0.1 is 127.0.0.1, and a zone is dropped."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return str(mapped or parsed)

@@ -25,14 +25,15 @@ Before a version is published, the folder's `published_version` file says that v
 it (and some beyond, so that it is rewritten rarely) may have been; a restore goes on from the
 restored checkpoint's version only if none above it may have been published, and otherwise
 from the next version above them.
+
+The folder's files themselves (the state file, durable writes, what interrupted saves leave,
+copies) are `checkpoint_folder.py`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import re
-import shutil
-import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -40,26 +41,34 @@ import numpy as np
 import tensorflow as tf
 
 from impala import run_identity
+from impala.learner.checkpoint_folder import (
+    READ_ERRORS,
+    UNUSABLE,
+    VERSIONS_FILE,
+    delete_checkpoint,
+    first_line,
+    fsync_path,
+    listed,
+    path_of,
+    read_counter,
+    read_identity,
+    remove_interrupted_saves,
+    versions_in,
+    write_durably,
+    write_state,
+)
 
-_IDENTITY_KEY = "identity/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-def read_identity(path: str) -> dict[str, Any]:
-    """What the checkpoint at `path` was written for: its environment and network.
-
-    Args:
-      path: one checkpoint, e.g. `runs/pong/checkpoints/ckpt-25`.
-
-    Returns:
-      The identity a `Checkpointer` saved (`level_name`, `agent_name`, `num_actions`, ...).
-    """
-    saved = tf.train.load_variable(path, _IDENTITY_KEY)
-    return run_identity.decode(saved)
-
-
-def read_counter(path: str, name: str) -> int:
-    """The counter `name` ("frames" or "version") saved in the checkpoint at `path`."""
-    return int(tf.train.load_variable(path, f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+__all__ = [
+    "VERSIONS_FILE",
+    "CheckpointMismatchError",
+    "CheckpointReadError",
+    "Checkpointer",
+    "NotFiniteError",
+    "first_line",
+    "listed",
+    "read_counter",
+    "read_identity",
+]
 
 
 class CheckpointMismatchError(ValueError):
@@ -78,37 +87,10 @@ class NotFiniteError(FloatingPointError):
     """
 
 
-STATE_FILE = "checkpoint"  # TensorFlow's name: tf.train.latest_checkpoint reads it too
-VERSIONS_FILE = "published_version"  # the highest weight version that may have been published
-UNUSABLE = "unusable"  # the folder checkpoints a restore passed over are set aside in
-_PREFIX = "ckpt"
-_NUMBERED = re.compile(rf"^{_PREFIX}-(\d+)\.index$")
-# Any file or folder of a checkpoint, complete or not: its name holds the version it saved.
-_OF_VERSION = re.compile(rf"^{_PREFIX}-(\d+)[._]")
-# What a save killed before it ended leaves: TensorFlow's folder of the checkpoint's shards, its
-# temporary files, and the temporaries of this module's own files.
-_INTERRUPTED_FOLDER = re.compile(rf"^{_PREFIX}-\d+_temp$")
-_INTERRUPTED_FILE = re.compile(
-    rf"^({_PREFIX}-\d+\.(index|data-\d+-of-\d+)\.tempstate\d+"
-    rf"|({STATE_FILE}|{VERSIONS_FILE})\.\d+\.tmp)$"
-)
 # Versions reserved at a time in the versions file: it is rewritten once every so many steps.
 _VERSIONS_AHEAD = 100
-# A line of the state file: the checkpoints' names (TensorFlow writes timestamps too).
-_STATE_LINE = re.compile(
-    r'(?P<key>model_checkpoint_path|all_model_checkpoint_paths): "(?P<name>[^"]+)"'
-    r"|(all_model_checkpoint_timestamps|last_preserved_timestamp): [0-9.e+-]+"
-)
-# What reading a damaged checkpoint raises: a short or missing file, a bad CRC, garbage.
-_READ_ERRORS = (
-    # DataLossError, NotFoundError, OutOfRangeError, InvalidArgumentError, ..., and OpError
-    # itself: what the counter reader raises on a bad index ("block checksum mismatch").
-    tf.errors.OpError,
-    AssertionError,
-    ValueError,
-    IndexError,  # TensorFlow's checkpoint reader on a short file: "Read less bytes than requested"
-    OSError,
-)
+# A weight version has at most this many digits (int64, which the counters are, holds 18).
+_MAX_VERSION_DIGITS = 15
 
 
 class Checkpointer:
@@ -208,7 +190,7 @@ class Checkpointer:
             self._restore(path)
         except CheckpointMismatchError:
             raise
-        except _READ_ERRORS as error:
+        except READ_ERRORS as error:
             return f"cannot be read ({first_line(error)})"
         not_finite = self._not_finite()
         if not_finite:
@@ -228,7 +210,7 @@ class Checkpointer:
                     if name.startswith(prefix):
                         os.makedirs(folder, exist_ok=True)
                         os.replace(os.path.join(self._directory, name), os.path.join(folder, name))
-            _write_state(self._directory, [p for p in listed_paths if p not in paths])
+            write_state(self._directory, [p for p in listed_paths if p not in paths])
         except OSError as error:
             report(f"cannot set aside {', '.join(paths)} ({first_line(error)})")
             return
@@ -251,21 +233,20 @@ class Checkpointer:
     def _highest_published(self, report) -> int:
         """What the versions file says, and at least the version of every checkpoint in the
         folder, set aside or interrupted (each is written after its version is published)."""
-        highest = -1
-        for folder in (self._directory, os.path.join(self._directory, UNUSABLE)):
-            if os.path.isdir(folder):
-                for match in map(_OF_VERSION.match, os.listdir(folder)):
-                    if match:
-                        highest = max(highest, int(match[1]))
+        unusable = os.path.join(self._directory, UNUSABLE)
+        highest = max([-1, *versions_in(self._directory), *versions_in(unusable)])
         path = os.path.join(self._directory, VERSIONS_FILE)
         try:
-            with open(path, encoding="utf-8") as f:
-                highest = max(highest, int(f.read()))
+            with open(path, "rb") as f:
+                recorded = int(f.read(_MAX_VERSION_DIGITS + 2).decode("ascii"))
+            if not 0 <= recorded < 10**_MAX_VERSION_DIGITS:
+                raise ValueError(f"{recorded} is no weight version")
         except FileNotFoundError:
-            pass
+            return highest
         except (OSError, UnicodeDecodeError, ValueError) as error:
             report(f"{path} cannot be read ({first_line(error)}); going by the checkpoints' names")
-        return highest
+            return highest
+        return max(highest, recorded)
 
     def record_publishing(self, version: int) -> None:
         """Records, before any learner publishes `version`, that it may have been published.
@@ -283,7 +264,7 @@ class Checkpointer:
 
     def _write_versions(self, version: int) -> None:
         os.makedirs(self._directory, exist_ok=True)
-        _write_durably(self._directory, VERSIONS_FILE, f"{version}\n")
+        write_durably(self._directory, VERSIONS_FILE, f"{version}\n")
         self._reserved = version
 
     def _not_finite(self) -> str | None:
@@ -314,7 +295,7 @@ class Checkpointer:
         self.version.assign(version)
         self.training_secs.assign(training_secs)
         os.makedirs(self._directory, exist_ok=True)
-        path = os.path.join(self._directory, f"{_PREFIX}-{version}")
+        path = path_of(self._directory, version)
         written = self._checkpoint.write(path)
         for name in os.listdir(self._directory):
             if name.startswith(os.path.basename(written) + "."):
@@ -325,9 +306,9 @@ class Checkpointer:
         recent = older[-(self._keep - 1) :] if self._keep > 1 else []
         milestones = self._milestones([*older, written])
         kept = [p for p in older if p in milestones or p in recent]
-        _write_state(self._directory, [*kept, written])
+        write_state(self._directory, [*kept, written])
         for old in set(before) - set(kept) - {written}:
-            _delete_checkpoint(old)
+            delete_checkpoint(old)
         return written
 
     def _milestones(self, paths: list[str]) -> set[str]:
@@ -345,7 +326,7 @@ class Checkpointer:
         for path in paths:
             try:
                 frames = read_counter(path, "frames")
-            except _READ_ERRORS:
+            except READ_ERRORS:
                 unread.add(path)
                 continue
             firsts.setdefault(int(frames // self._keep_every_frames), path)
@@ -353,170 +334,11 @@ class Checkpointer:
 
     def _restore(self, path: str) -> None:
         current = run_identity.decode(self._identity)
-        saved = run_identity.with_legacy_defaults(read_identity(path), current)
+        saved = read_identity(path)
+        # An identity this project never wrote is compared as it is: it differs.
+        with contextlib.suppress(KeyError, TypeError):
+            saved = run_identity.with_legacy_defaults(saved, current)
         if saved != current:
             differences = run_identity.mismatch(current, saved, "this run", "the checkpoint")
             raise CheckpointMismatchError(f"refusing to resume from {path}: {differences}")
         self._checkpoint.read(path).assert_existing_objects_matched()
-
-
-def listed(directory: str) -> tuple[list[str], str | None]:
-    """The checkpoints in `directory` that its state file names, oldest first, and a problem
-    to report.
-
-    A state file that cannot be read is the problem; the checkpoints are then the ones in the
-    folder, by number.
-    """
-    state = os.path.join(directory, STATE_FILE)
-    if not os.path.exists(state):
-        return _in_folder(directory), None
-    try:
-        with open(state, encoding="utf-8") as f:
-            names = _parse_state(f.read())
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        found = _in_folder(directory)
-        return found, (
-            f"{state} cannot be read ({first_line(error)}); using the {len(found)} "
-            f"checkpoint(s) in {directory}"
-        )
-    return [os.path.join(directory, name) for name in names], None
-
-
-def copy_checkpoint(path: str, directory: str) -> str:
-    """Copies checkpoint `path` (its index and data files) into `directory`, on disk, and makes
-    it that folder's only checkpoint in its state file; returns the copy's path.
-
-    Raises:
-      ValueError: naming the file, if there is no index file or one is not a regular file (a
-        symlink is not followed: the checkpoint may be someone else's).
-    """
-    folder, prefix = os.path.split(os.path.abspath(path))
-    data = re.compile(rf"^{re.escape(prefix)}\.(index|data-\d+-of-\d+)$")
-    names = sorted(name for name in os.listdir(folder) if data.match(name))
-    if prefix + ".index" not in names:
-        raise ValueError(f"{path}: no such checkpoint (no {prefix}.index)")
-    os.makedirs(directory, exist_ok=True)
-    for name in names:
-        copy_regular_file(os.path.join(folder, name), os.path.join(directory, name))
-    fsync_path(directory)
-    copy = os.path.join(directory, prefix)
-    _write_state(directory, [copy])
-    return copy
-
-
-def copy_regular_file(source: str, destination: str) -> None:
-    """Copies `source` to a new file `destination`, on disk; a one-line ValueError naming
-    `source` if it is not a regular file (a symlink is not followed, a device not read)."""
-    try:
-        fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as error:
-        raise ValueError(f"{source}: cannot be read ({error.strerror or error})") from None
-    with os.fdopen(fd, "rb") as reader:
-        if not stat.S_ISREG(os.fstat(reader.fileno()).st_mode):
-            raise ValueError(f"{source}: not a regular file; refusing to copy it")
-        with open(destination, "xb") as writer:
-            shutil.copyfileobj(reader, writer)
-            writer.flush()
-            os.fsync(writer.fileno())
-
-
-def _in_folder(directory: str) -> list[str]:
-    if not os.path.isdir(directory):
-        return []
-    numbered = sorted(
-        (int(match[1]), os.path.join(directory, f"{_PREFIX}-{match[1]}"))
-        for match in map(_NUMBERED.match, os.listdir(directory))
-        if match
-    )
-    return [path for _, path in numbered]
-
-
-def _parse_state(text: str) -> list[str]:
-    """The checkpoint names in a state file (TensorFlow's text format), oldest first."""
-    latest, every = None, []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        match = _STATE_LINE.fullmatch(line.strip())
-        if not match:
-            raise ValueError(f"line {number} is not a checkpoint entry")
-        if match["key"] == "model_checkpoint_path":
-            latest = match["name"]
-        elif match["key"] == "all_model_checkpoint_paths":
-            every.append(match["name"])
-    if latest is None:
-        raise ValueError("it names no latest checkpoint")
-    return [name for name in every if name != latest] + [latest]
-
-
-def _write_state(directory: str, paths: list[str]) -> None:
-    """Makes `paths` (oldest first) the state file's checkpoints, atomically and durably."""
-    names = [os.path.basename(p) for p in paths]
-    text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
-        f'all_model_checkpoint_paths: "{name}"\n' for name in names
-    )
-    _write_durably(directory, STATE_FILE, text)
-
-
-def _write_durably(directory: str, name: str, text: str) -> None:
-    """Replaces file `name` in `directory` with `text`: a temporary file, flushed to disk,
-    renamed over it, the folder flushed again."""
-    path = os.path.join(directory, name)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    fsync_path(directory)
-
-
-def remove_interrupted_saves(directory: str, report: Callable[[str], None]) -> list[str]:
-    """Removes from `directory` what saves killed before they ended left there; returns the
-    names removed.
-
-    Only names saves leave (`ckpt-<N>_temp` folders, TensorFlow's `.tempstate` files of a
-    checkpoint, the temporaries of the state and versions files), and only real folders and
-    files: a link of such a name is left alone, and nothing inside a folder is followed.
-    What cannot be removed is reported.
-    """
-    if not os.path.isdir(directory):
-        return []
-    removed = []
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        try:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode) and _INTERRUPTED_FOLDER.match(name):
-                shutil.rmtree(path)  # removes links inside, never what they point to
-            elif stat.S_ISREG(mode) and _INTERRUPTED_FILE.match(name):
-                os.remove(path)
-            else:
-                continue
-        except OSError as error:
-            report(f"cannot remove {path}, left by an interrupted save ({first_line(error)})")
-            continue
-        removed.append(name)
-    return removed
-
-
-def fsync_path(path: str) -> None:
-    """Flushes the file or folder `path` to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _delete_checkpoint(path: str) -> None:
-    folder, prefix = os.path.split(path)
-    for name in os.listdir(folder):
-        if name.startswith(prefix + "."):
-            os.remove(os.path.join(folder, name))
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (its type's name if it has none)."""
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
-    return message.strip().splitlines()[0] if message.strip() else type(error).__name__

@@ -18,9 +18,8 @@ import tensorflow as tf
 from absl.testing import flagsaver
 
 import experiment
-import plot
-from benchmarks import learning
-from impala import evaluation, run_folder
+from benchmarks import learning_configs, learning_figures
+from impala import curves, evaluation, run_folder
 from impala import flags as experiment_flags
 from impala.learner import checkpoints
 from tests.fake_runs import save_checkpoints
@@ -29,12 +28,12 @@ from tests.helpers import ROOT, Processes, processes_with, read_text, wait_until
 
 def _curve(returns, window, start_frames=None):
     returns = np.asarray(returns, np.float64)
-    return plot.Curve(
+    return curves.Curve(
         name="catch",
         frames=1000 * (1 + np.arange(len(returns))),
         hours=np.arange(len(returns)) / 3600,
         returns=returns,
-        smoothed=plot.moving_mean(returns, window),
+        smoothed=curves.moving_mean(returns, window),
         window=window,
         frames_reached=1000 * len(returns),
         hours_from_wall_time=False,
@@ -53,8 +52,8 @@ def test_figures_count_only_full_windows_of_games(tmp_path):
     # windows are -0.5, -0.5, 0, 0.5, 0.75 (games 4 to 8, reported at 4k to 8k frames).
     returns = [1.0, -1, -1, -1, 1, 1, 1, 0]
     _summary(tmp_path)
-    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0",), 8000, (0.0, 0.6, 0.9))
-    figures = learning.results(benchmark, _curve(returns, 4), str(tmp_path), 16.0, ["x"])
+    benchmark = learning_configs.Benchmark(("--level_name=impala/Catch-v0",), 8000, (0.0, 0.6, 0.9))
+    figures = learning_figures.results(benchmark, _curve(returns, 4), str(tmp_path), 16.0, ["x"])
     assert figures["window"] == 4 and figures["games"] == 8
     assert figures["final_mean_return"] == 0.75
     assert figures["best_mean_return"] == 0.75
@@ -67,10 +66,12 @@ def test_the_last_games_are_reported_by_the_frame_each_began_on(tmp_path):
     parity and by phase modulo the run's frames per step; games without a start (NaN) and those
     before the window are left out."""
     _summary(tmp_path)
-    benchmark = learning.Benchmark(("--level_name=PongNoFrameskip-v4",), 8000, ())
+    benchmark = learning_configs.Benchmark(("--level_name=PongNoFrameskip-v4",), 8000, ())
     returns = [-21, -21, 20, -15, 21, -19, 19, -20, 18]
     starts = [3, 4, 1, 2, 7, 8, 9, 10, np.nan]  # the first game falls outside the window of 8
-    figures = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+    figures = learning_figures.results(
+        benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, []
+    )
     assert figures["by_start_frame"] == {
         "games": 7,
         "parity": {
@@ -88,27 +89,34 @@ def test_the_last_games_are_reported_by_the_frame_each_began_on(tmp_path):
     # The run's own frame skip sets the phases; an unreadable or implausible one is taken as 4.
     for frame_skip, modulo in ((3, 3), ("lots", 4), (10**9, 4), (-2, 4)):
         run_folder.write_flags(str(tmp_path), {"frame_skip": frame_skip})
-        figures = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+        figures = learning_figures.results(
+            benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, []
+        )
         assert figures["by_start_frame"]["modulo"] == modulo, frame_skip
         assert len(figures["by_start_frame"]["phase"]) == modulo
     run_folder.write_flags(str(tmp_path), {"frame_skip": 3})
-    phases = learning.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
+    phases = learning_figures.results(benchmark, _curve(returns, 8, starts), str(tmp_path), 1.0, [])
     assert phases["by_start_frame"]["phase"]["2"] == {"games": 2, "mean_return": -17.0}  # 2, 8
     # No starts (not Atari, or a curve written before they were kept): no figure.
     assert (
-        learning.results(benchmark, _curve(returns, 8), str(tmp_path), 1.0, [])["by_start_frame"]
+        learning_figures.results(benchmark, _curve(returns, 8), str(tmp_path), 1.0, [])[
+            "by_start_frame"
+        ]
         is None
     )
     only_unknown = _curve([1.0], 1, [np.nan])
     assert (
-        learning.results(benchmark, only_unknown, str(tmp_path), 1.0, [])["by_start_frame"] is None
+        learning_figures.results(benchmark, only_unknown, str(tmp_path), 1.0, [])["by_start_frame"]
+        is None
     )
 
 
 def test_fewer_games_than_the_window_report_the_mean_of_all(tmp_path):
     _summary(tmp_path, frames_per_second_steady=None, stopped_early=True)
-    benchmark = learning.Benchmark((), 3000, (0.0,))
-    figures = learning.results(benchmark, _curve([1.0, -1.0, 0.5], 100), str(tmp_path), 1.0, [])
+    benchmark = learning_configs.Benchmark((), 3000, (0.0,))
+    figures = learning_figures.results(
+        benchmark, _curve([1.0, -1.0, 0.5], 100), str(tmp_path), 1.0, []
+    )
     assert figures["window"] == 3
     assert figures["best_mean_return"] == figures["final_mean_return"] == 0.17
     assert figures["frames_to_reach"] == {"0": 3000}
@@ -121,11 +129,13 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
     """From the run's own flags.json: a flag the configuration sets is not a change, where the
     run is and its budget are not settings, and a value no parser takes is listed as saved."""
     _summary(tmp_path)
-    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ())
-    base = learning.configuration_values(benchmark)
+    benchmark = learning_configs.Benchmark(
+        ("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ()
+    )
+    base = learning_configs.configuration_values(benchmark)
     assert base["batch_size"] == 4 and base["normalize_advantages"] is True
     saved = {name: experiment_flags.as_text(value) for name, value in base.items()}
-    figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+    figures = learning_figures.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
     assert figures["changed_from_configuration"] is None  # no flags.json yet
     saved.update(
         experiment="elsewhere",
@@ -137,7 +147,7 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
         entropy_cost="lots",
     )
     run_folder.write_flags(str(tmp_path), saved)
-    figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+    figures = learning_figures.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
     assert figures["changed_from_configuration"] == {
         "entropy_cost": "lots",
         "frame_skip": 3,
@@ -146,7 +156,7 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
     # A flags.json anyone may have written: unreadable, or not an object of flags.
     for hostile in ("{not json", "[1, 2]", "\udcff"):
         (tmp_path / "flags.json").write_text(hostile, errors="surrogateescape")
-        figures = learning.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+        figures = learning_figures.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
         assert figures["changed_from_configuration"] is None, hostile
 
 
@@ -167,8 +177,10 @@ def test_extra_flags_that_repeat_the_configuration_are_named(extra, repeated):
     """A screen meant to try a setting that gives it the value it has already is the
     configuration's own run: the benchmark says so before it trains (it once ran a whole
     10M-frame Pong "screen" of --normalize_advantages, which is on by default)."""
-    benchmark = learning.Benchmark(("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ())
-    lines = learning.repeated_values(benchmark, "catch", extra)
+    benchmark = learning_configs.Benchmark(
+        ("--level_name=impala/Catch-v0", "--batch_size=4"), 8000, ()
+    )
+    lines = learning_configs.repeated_values(benchmark, "catch", extra)
     assert [re.search(r"gives --(\w+) ", line)[1] for line in lines] == repeated, lines
     assert all("--config=catch already has" in line for line in lines), lines
 
@@ -179,7 +191,7 @@ def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
         for step, lag in enumerate([2.0] * 18 + [3.0, 11.0, float("nan")]):
             tf.summary.scalar("actors/policy_lag", lag, step=step)
     writer.close()
-    assert learning.policy_lag(plot.read_scalars(str(tmp_path))) == {
+    assert learning_figures.policy_lag(curves.events.read_scalars(str(tmp_path))) == {
         "median": 2.0,
         "p95": 3.4,
         "max": 11.0,
@@ -206,8 +218,8 @@ def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
             tf.summary.scalar("loss/entropy", term, step=frames)
             tf.summary.scalar("loss/entropy_cost", weight, step=frames)
     writer.close()
-    scalars = plot.read_scalars(str(tmp_path))
-    entropy = learning.policy_entropy(scalars, flags, str(tmp_path), 1000)
+    scalars = curves.events.read_scalars(str(tmp_path))
+    entropy = learning_figures.policy_entropy(scalars, flags, str(tmp_path), 1000)
     assert entropy["maximum_nats"] == round(np.log(6), 4)
     nothing = [None] * 6
     assert entropy["fraction_of_maximum_by_tenth"] == [1.0, 0.8, 0.4, *nothing, 0.5]
@@ -223,16 +235,16 @@ def test_the_policy_entropy_is_read_against_the_uniform_policys(tmp_path):
         {"batch_size": 2.0, "unroll_length": 5},
         {"batch_size": -2, "unroll_length": -5},
     ):
-        assert learning.policy_entropy(scalars, shape, str(tmp_path), 1000) is None, shape
+        assert learning_figures.policy_entropy(scalars, shape, str(tmp_path), 1000) is None, shape
     # Nor without a checkpoint to count the actions in.
     shutil.rmtree(tmp_path / "checkpoints")
-    assert learning.policy_entropy(scalars, flags, str(tmp_path), 1000) is None
+    assert learning_figures.policy_entropy(scalars, flags, str(tmp_path), 1000) is None
 
 
 def test_the_final_checkpoint_plays_games_as_mode_test_does(tmp_path):
     run_dir = str(tmp_path / "run")
     save_checkpoints(run_dir)  # CartPole: each game's score is its length
-    test = learning.test_checkpoint(run_dir, 3)
+    test = learning_figures.test_checkpoint(run_dir, 3)
     assert test["checkpoint"] == os.path.join(run_dir, "checkpoints", "ckpt-7")
     assert (test["games"], test["policy"], test["seed"]) == (3, "sample", 0)
     # The same games as experiment.py --mode=test --checkpoint=<run> --test_num_episodes=3.
@@ -300,7 +312,7 @@ def test_a_branch_that_would_change_the_runs_flags_or_go_nowhere_is_refused(tmp_
     save_checkpoints(str(run_dir), versions=(3,))  # at 300 frames
     # The Catch configuration's flags but for the game.
     saved = dict(
-        flag.removeprefix("--").split("=", 1) for flag in learning.BENCHMARKS["catch"].flags
+        flag.removeprefix("--").split("=", 1) for flag in learning_configs.BENCHMARKS["catch"].flags
     )
     run_folder.write_flags(str(run_dir), {**saved, "level_name": "CartPole-v1"})
     out_dir = tmp_path / "new"
@@ -709,7 +721,7 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(
     assert all(0 < fraction <= 1 for fraction in tenths if fraction is not None), tenths
     assert catch_bench.leftovers_after_finish == []
     # The curve file holds the whole run's games, as the curve it was drawn from.
-    curve = plot.load_curve(str(out_dir / "curve.csv"), "catch", 20)
+    curve = curves.load_curve(str(out_dir / "curve.csv"), "catch", 20)
     assert len(curve.returns) == resumed["games"]
     assert round(float(curve.smoothed[-1]), 2) == resumed["final_mean_return"]
 

@@ -14,9 +14,8 @@ import cv2
 import numpy as np
 import pytest
 
-import plot
-from impala import run_folder
-from impala.launch.single_host import free_ports
+from impala import curves, run_folder
+from impala.launch.ports import free_ports
 from impala.learner import checkpoints
 from tests.helpers import ROOT, read_text, wait_until
 
@@ -98,7 +97,7 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert (finished["skipped_steps"], finished["episodes_ignored"]) == (0, 0)
     published = run_dir / "checkpoints" / checkpoints.VERSIONS_FILE
     assert int(published.read_text()) == finished["weights_version"]
-    assert plot.event_files(str(run_dir)) and os.listdir(run_dir / "checkpoints")
+    assert curves.events.event_files(str(run_dir)) and os.listdir(run_dir / "checkpoints")
     _check_owner_only(run_dir)
     assert processes.wait(actor, 60) == 0  # it reconnected to the restarted learner
     # ... and said hello to it, so that the restarted learner checked it and counts it (the RPC
@@ -124,8 +123,8 @@ def _check_owner_only(run_dir):
 
 def _check_curves_continue_across_the_resume(run_dir, stopped, finished):
     """TensorBoard: one event file per start, curves over frames that go on after the resume."""
-    assert len(plot.event_files(str(run_dir))) == 2
-    scalars = plot.read_scalars(str(run_dir))
+    assert len(curves.events.event_files(str(run_dir))) == 2
+    scalars = curves.events.read_scalars(str(run_dir))
     for tag in (
         "loss/total",
         "loss/policy_gradient",

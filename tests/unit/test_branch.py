@@ -8,9 +8,8 @@ import pytest
 import tensorflow as tf
 
 import networks
-import plot
 from benchmarks import branch
-from impala import configs, run_folder, run_secret
+from impala import configs, curves, run_folder, run_secret
 from impala.learner import checkpoints, optimise
 from impala.learner.summaries import Summaries
 from tests.fake_runs import save_checkpoints
@@ -39,7 +38,7 @@ def run(tmp_path):
 
 
 def _returns(run_dir):
-    steps, values = plot.read_scalars(str(run_dir))[plot.RETURN_TAG]
+    steps, values = curves.events.read_scalars(str(run_dir))[curves.events.RETURN_TAG]
     return list(steps), list(values)
 
 
@@ -139,7 +138,7 @@ def test_what_is_not_a_runs_checkpoint_is_a_one_line_error(tmp_path, where, mess
 
 def test_events_after_a_damaged_record_are_not_copied(tmp_path):
     _episodes(tmp_path, [100, 200, 300])
-    (events,) = plot.event_files(str(tmp_path))
+    (events,) = curves.events.event_files(str(tmp_path))
     with open(events, "rb") as f:
         data = f.read()
     with open(events, "wb") as f:

@@ -1,4 +1,5 @@
-"""plot.py: reading a run's TensorBoard events and drawing its learning curves."""
+"""plot.py and impala/curves/: reading a run's TensorBoard events and curve files, and drawing
+its learning curves."""
 
 import os
 import subprocess
@@ -10,6 +11,8 @@ import pytest
 import tensorflow as tf
 
 import plot
+from impala import curves
+from impala.curves import curve_file, events, parity, summary
 from tests.helpers import ROOT
 
 
@@ -32,7 +35,7 @@ def write_events(
     Returns:
       The path of the new event file.
     """
-    before = set(plot.event_files(str(folder)))
+    before = set(events.event_files(str(folder)))
     steps = np.asarray(steps)
     if returns is None:
         rng = np.random.default_rng(len(steps))
@@ -54,7 +57,7 @@ def write_events(
             if training_secs is not None:
                 tf.summary.scalar("time/training_secs", training_secs[index], step=step)
     writer.close()
-    (path,) = set(plot.event_files(str(folder))) - before
+    (path,) = set(events.event_files(str(folder))) - before
     return path
 
 
@@ -148,9 +151,9 @@ def test_resumed_run_drops_what_the_stopped_learner_wrote_past_its_checkpoint(tm
         tmp_path, [7000, 9000], returns=[2.0] * 2, training_secs=[7, 9], resume_at=(6000, 6.0)
     )
     os.rename(second, os.path.join(tmp_path, "events.out.tfevents.0.resumed"))
-    assert plot.event_files(str(tmp_path))[1] == first
+    assert events.event_files(str(tmp_path))[1] == first
 
-    scalars = plot.read_scalars(str(tmp_path))
+    scalars = events.read_scalars(str(tmp_path))
 
     steps, values = scalars["episode/return"]
     np.testing.assert_array_equal(steps, [2000, 4000, 7000, 9000])
@@ -174,8 +177,8 @@ def test_truncated_last_record_keeps_what_was_read(tmp_path):
     with open(path, "rb") as file:
         (crashed / os.path.basename(path)).write_bytes(file.read()[:-7])
 
-    steps, values = plot.read_scalars(str(crashed))["episode/return"]
-    all_steps, all_values = plot.read_scalars(str(tmp_path / "complete"))["episode/return"]
+    steps, values = events.read_scalars(str(crashed))["episode/return"]
+    all_steps, all_values = events.read_scalars(str(tmp_path / "complete"))["episode/return"]
 
     assert len(steps) >= 39  # at most the last episode is lost with the cut record
     np.testing.assert_array_equal(steps, all_steps[: len(steps)])
@@ -189,7 +192,7 @@ def test_training_hours_are_training_secs_interpolated_at_each_episode(tmp_path)
     write_events(tmp_path, [5000, 10000], returns=[1.0, 2.0], training_secs=[1800, 3600])
     write_events(tmp_path, [20000], returns=[3.0], training_secs=[7200])
 
-    curve = plot.load_curve(str(tmp_path), "run", window=2)
+    curve = curves.load_curve(str(tmp_path), "run", window=2)
 
     np.testing.assert_allclose(curve.hours, [0.5, 1.0, 2.0])
     np.testing.assert_allclose(curve.smoothed, [1.0, 1.5, 2.5])
@@ -198,14 +201,14 @@ def test_training_hours_are_training_secs_interpolated_at_each_episode(tmp_path)
 
 def test_moving_mean_by_hand():
     values = np.array([1.0, 2.0, 3.0, 6.0])
-    np.testing.assert_allclose(plot.moving_mean(values, 2), [1.0, 1.5, 2.5, 4.5])
-    np.testing.assert_allclose(plot.moving_mean(values, 1), values)
-    np.testing.assert_allclose(plot.moving_mean(values, 20), [1.0, 1.5, 2.0, 3.0])
+    np.testing.assert_allclose(curves.moving_mean(values, 2), [1.0, 1.5, 2.5, 4.5])
+    np.testing.assert_allclose(curves.moving_mean(values, 1), values)
+    np.testing.assert_allclose(curves.moving_mean(values, 20), [1.0, 1.5, 2.0, 3.0])
 
 
 def test_runs_sharing_a_folder_name_are_told_apart():
-    assert plot.run_names(["runs/a/", "b"]) == ["a", "b"]
-    assert plot.run_names(["x/pong", "y/pong"]) == ["x/pong", "y/pong"]
+    assert curves.run_names(["runs/a/", "b"]) == ["a", "b"]
+    assert curves.run_names(["x/pong", "y/pong"]) == ["x/pong", "y/pong"]
 
 
 def test_missing_folder_from_the_command_line(tmp_path):
@@ -269,7 +272,7 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(plot.PlotError, match="No space left on device"):
+    with pytest.raises(curves.CurveError, match="No space left on device"):
         plot.plot_runs([str(tmp_path / "run")], str(tmp_path / "curves.png"))
     assert sorted(os.listdir(tmp_path)) == ["run"]
 
@@ -285,8 +288,8 @@ def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window
     out = tmp_path / "pong.png"
     result = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=5e5")
     assert result.returncode == 0, result.stderr
-    summary, windows = result.stdout.splitlines()
-    assert summary.startswith("pong: 5 episodes, ")
+    totals, windows = result.stdout.splitlines()
+    assert totals.startswith("pong: 5 episodes, ")
     # No game ended between 1M and 1.5M frames: that window is left out.
     assert windows == (
         "pong: mean return (game length in frames) of the games ending in each 0.5M frames "
@@ -334,17 +337,17 @@ def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_g
 
 def test_a_curve_file_holds_the_runs_games_and_plots_beside_a_run_folder(tmp_path, capsys):
     write_run(tmp_path / "pong", episodes=30, starts=[7 + index for index in range(30)])
-    curve = plot.load_curve(str(tmp_path / "pong"), "pong", 20)
+    curve = curves.load_curve(str(tmp_path / "pong"), "pong", 20)
     np.testing.assert_array_equal(curve.start_frames, 7 + np.arange(30))
     path = tmp_path / "pong-record.csv"
-    plot.write_curve_csv(curve, str(path))
+    curve_file.write(curve, str(path))
 
     lines = path.read_text().splitlines()
     assert lines[0] == "frames,return,length_frames,training_hours,start_frames"
     return_text = np.format_float_positional(curve.returns[0], trim="-")
     assert lines[1] == f"500000,{return_text},3000,{curve.hours[0]:.5f},7"
     assert len(lines) == 31 and sorted(os.listdir(tmp_path)) == ["pong", "pong-record.csv"]
-    again = plot.load_curve(str(path), "record", 20)
+    again = curves.load_curve(str(path), "record", 20)
     np.testing.assert_array_equal(again.frames, curve.frames)
     np.testing.assert_array_equal(again.returns, curve.returns)
     np.testing.assert_array_equal(again.smoothed, curve.smoothed)
@@ -366,13 +369,13 @@ def test_a_curve_file_without_lengths_reads_back_without_them(tmp_path):
     run = tmp_path / "old"
     run.mkdir()
     write_events(run, steps=[1000, 2000], returns=[-21.0, -20.0], training_secs=[1, 2], lengths=())
-    plot.write_curve_csv(plot.load_curve(str(run), "old", 20), str(tmp_path / "old.csv"))
+    curve_file.write(curves.load_curve(str(run), "old", 20), str(tmp_path / "old.csv"))
 
     assert (tmp_path / "old.csv").read_text().splitlines()[1:] == [
         "1000,-21,,0.00028,",
         "2000,-20,,0.00056,",
     ]
-    again = plot.load_curve(str(tmp_path / "old.csv"), "old", 20)
+    again = curves.load_curve(str(tmp_path / "old.csv"), "old", 20)
     assert again.lengths is None and again.start_frames is None
 
 
@@ -381,7 +384,7 @@ def test_curve_files_written_before_start_frames_were_kept_still_read():
     path = os.path.join(ROOT, "benchmarks", "curves", "pong-r6cf15-s1.csv")
     with open(path) as f:
         assert f.readline().strip() == "frames,return,length_frames,training_hours"
-    curve = plot.load_curve(path, "r6cf15-s1", 100)
+    curve = curves.load_curve(path, "r6cf15-s1", 100)
     assert curve.start_frames is None and curve.lengths is not None
     assert len(curve.returns) > 1000 and curve.smoothed[-1] > 18
 
@@ -394,9 +397,9 @@ def test_the_window_line_splits_each_window_by_the_start_frames_parity(tmp_path)
     steps = [100_000, 200_000, 600_000, 700_000, 800_000]
     returns = [-21.0, -20.0, 20.0, -10.0, 18.0]
     write_events(run, steps, returns, training_secs=[1, 2, 3, 4, 5], starts=[])
-    curve = plot.load_curve(str(run), "split", 20)
+    curve = curves.load_curve(str(run), "split", 20)
     assert curve.start_frames is None
-    assert plot.window_line(curve, 5e5).endswith("0M: -20.5 (3.0k), 0.5M: +9.3 (3.0k)")
+    assert summary.window_line(curve, 5e5).endswith("0M: -20.5 (3.0k), 0.5M: +9.3 (3.0k)")
 
     # The first two games without starts, as in a curve file of a run resumed by this version.
     starts = [None, None, 3, 8, 29]
@@ -408,10 +411,10 @@ def test_the_window_line_splits_each_window_by_the_start_frames_parity(tmp_path)
             for step, value, start in zip(steps, returns, starts, strict=True)
         )
     )
-    curve = plot.load_curve(str(later), "later", 20)
+    curve = curves.load_curve(str(later), "later", 20)
     np.testing.assert_array_equal(curve.start_frames[2:], [3, 8, 29])
     assert np.isnan(curve.start_frames[:2]).all()
-    assert plot.window_line(curve, 5e5).endswith(
+    assert summary.window_line(curve, 5e5).endswith(
         "from 0M: -20.5 (odd -, even -), 0.5M: +9.3 (odd +19.0, even -10.0)"
     )
 
@@ -430,15 +433,15 @@ def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp
     atari.close()
     counter.close()
 
-    curve = plot.load_curve(str(tmp_path / "atari"), "atari", 20)
+    curve = curves.load_curve(str(tmp_path / "atari"), "atari", 20)
     np.testing.assert_array_equal(curve.start_frames, [5, 12, 0])
     # TensorBoard draws the two kinds of game apart: each return again under its parity.
-    scalars = plot.read_scalars(str(tmp_path / "atari"))
+    scalars = events.read_scalars(str(tmp_path / "atari"))
     assert scalars["episode/return_odd_start"][1].tolist() == [-21.0]
     assert scalars["episode/return_even_start"][1].tolist() == [-20.0, -19.0]
-    assert "episode/return_odd_start" not in plot.read_scalars(str(tmp_path / "counter"))
+    assert "episode/return_odd_start" not in events.read_scalars(str(tmp_path / "counter"))
     np.testing.assert_array_equal(curve.lengths, [3000, 3100, 3200])
-    curve = plot.load_curve(str(tmp_path / "counter"), "counter", 20)
+    curve = curves.load_curve(str(tmp_path / "counter"), "counter", 20)
     assert curve.start_frames is None and len(curve.returns) == 3
 
 
@@ -458,7 +461,7 @@ def test_by_parity_draws_the_games_of_each_start_parity_as_a_run(tmp_path, capsy
         for parity, mean in (("odd", "20.0"), ("even", "-20.0"))
     ]
     assert read_png(out).shape == (495, 1320, 3)
-    odd, even = plot.split_by_parity(plot.load_curve(str(tmp_path / "pong"), "pong", 5))
+    odd, even = parity.split_by_parity(curves.load_curve(str(tmp_path / "pong"), "pong", 5))
     np.testing.assert_array_equal(odd.start_frames % 2, 1)
     np.testing.assert_array_equal(even.lengths, 3001 + 2 * np.arange(15))  # every other game's
 
@@ -536,7 +539,7 @@ def test_csv_out_writes_one_runs_curve_file_and_refuses_two_runs(tmp_path, capsy
     assert run_main(str(tmp_path / "a"), f"--out={out}", f"--csv_out={csv_out}") == 0
 
     assert capsys.readouterr().out.splitlines()[-1] == f"a: 6 games -> {csv_out}"
-    plot.write_curve_csv(plot.load_curve(str(tmp_path / "a"), "a", 20), str(tmp_path / "x.csv"))
+    curve_file.write(curves.load_curve(str(tmp_path / "a"), "a", 20), str(tmp_path / "x.csv"))
     assert csv_out.read_text() == (tmp_path / "x.csv").read_text()
 
     both = run_main(str(tmp_path / "a"), str(tmp_path / "b"), f"--csv_out={tmp_path / 'c.csv'}")

@@ -2,6 +2,7 @@
 
 import csv
 import getpass
+import time
 
 import pytest
 
@@ -341,3 +342,54 @@ def test_a_spreadsheets_byte_order_mark_is_skipped(tmp_path):
         "learner",
         "actor",
     ]
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [("localhost", "127.0.0.1"), ("127.0.0.1", "localhost"), ("::ffff:127.0.0.1", "127.0.0.1")],
+)
+def test_two_names_of_one_learner_endpoint_are_refused_naming_both_lines(tmp_path, first, second):
+    path = _write(
+        tmp_path,
+        f"{HEADER}\nlearner,{first},8001,22,,,\nactor,h2,,22,,,\nlearner,{second},8001,22,,,\n",
+    )
+    with pytest.raises(WorkersCsvError) as raised:
+        workers_csv.read_workers(path, default_workdir="/srv")
+    first_address = f"[{first}]" if ":" in first else first
+    assert str(raised.value) == (
+        f"{path}: lines 2 and 4: {first_address}:8001 and {second}:8001 are one endpoint (both "
+        "reach 127.0.0.1); name each learner once, with a port of its own"
+    )
+
+
+def test_a_name_and_its_address_are_one_host_too(tmp_path, monkeypatch):
+    addresses = {"node1.lan": ["10.0.0.5"], "node2.lan": ["10.0.0.6"], "10.0.0.5": ["10.0.0.5"]}
+
+    def getaddrinfo(host, port, type=0):
+        if host not in addresses:
+            raise workers_csv.socket.gaierror(-2, "Name or service not known")
+        return [(2, 1, 6, "", (address, 0)) for address in addresses[host]]
+
+    monkeypatch.setattr(workers_csv.socket, "getaddrinfo", getaddrinfo)
+    rows = f"{HEADER}\nlearner,node1.lan,8001,22,,,\nlearner,node2.lan,8001,22,,,\nactor,h,,22,,,\n"
+    assert len(_read(tmp_path, rows)) == 3  # two hosts: one port each
+    other_port = rows + "learner,10.0.0.5,8002,22,,,\n"
+    assert len(_read(tmp_path, other_port)) == 4  # one host, two ports
+    with pytest.raises(WorkersCsvError, match=r"lines 2 and 5: node1.lan:8001 and 10.0.0.5:8001"):
+        _read(tmp_path, rows + "learner,10.0.0.5,8001,22,,,\n")
+    # A name that does not resolve is taken as it is, as before.
+    assert len(_read(tmp_path, rows + "learner,node9.lan,8001,22,,,\n")) == 4
+
+
+def test_a_resolver_that_hangs_holds_the_csv_up_for_a_bounded_time(tmp_path, monkeypatch):
+    def getaddrinfo(host, port, type=0):
+        time.sleep(30)
+        raise AssertionError("never reached in time")
+
+    monkeypatch.setattr(workers_csv.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(workers_csv, "RESOLVE_TIMEOUT_SECS", 0.5)
+    started = time.monotonic()
+    workers = _read(
+        tmp_path, f"{HEADER}\nlearner,h1,8001,22,,,\nlearner,h2,8001,22,,,\nactor,h1,,22,,,\n"
+    )
+    assert len(workers) == 3 and time.monotonic() - started < 5

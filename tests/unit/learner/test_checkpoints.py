@@ -128,7 +128,7 @@ def test_a_write_interrupted_before_it_completes_never_becomes_latest(tmp_path, 
         raise RuntimeError("simulated crash while writing a checkpoint")
 
     # The data files of checkpoint 2 get written; the process dies before "latest" moves.
-    monkeypatch.setattr(checkpoints, "_write_state", crash)
+    monkeypatch.setattr(checkpoints, "write_state", crash)
     with pytest.raises(RuntimeError, match="simulated crash"):
         saver.save(frames=200, version=2)
     monkeypatch.undo()
@@ -353,7 +353,7 @@ def test_optimizer_state_that_is_not_finite_is_refused_too(tmp_path, monkeypatch
     _saved_run(tmp_path, versions=(1,))
     agent, trainer = _trainer(seed=0)
     saver = checkpoints.Checkpointer(str(tmp_path), agent, trainer.optimizer, IDENTITY, keep=3)
-    slot = trainer.optimizer.ms[0]  # RMSProp's mean square: a gradient whose square overflowed
+    slot = trainer.optimizer.v[0]  # Adam's second moment: a gradient whose square overflowed
     slot.assign(tf.fill(slot.shape, np.inf))
     _save_as_before_the_check(monkeypatch, saver, frames=200, version=2)
     reports = []
