@@ -144,6 +144,15 @@ def _wait_until(condition, timeout=THREAD_TIMEOUT_SECS):
         time.sleep(0.02)
 
 
+def _start_waiting_for_room(client, unroll):
+    """Starts `client.send(unroll)` on a thread and returns it once the actor has been told
+    twice that the queue is full (so it is waiting for room, not about to send)."""
+    before = client.room_calls
+    sending = _Thread(client.send, unroll)
+    _wait_until(lambda: client.room_calls >= before + 2)
+    return sending
+
+
 def _episode(episode_return, episode_steps, episode_frames, start_frames=-1):
     return types.SimpleNamespace(
         episode_return=episode_return,
@@ -334,8 +343,7 @@ def test_full_queue_blocks_the_actor_until_the_learner_dequeues(make_service):
     client.send(unrolls[1])
     assert service.queue_size == 4
 
-    sending = _Thread(client.send, unrolls[2])  # full: waits for the learner
-    time.sleep(0.5)
+    sending = _start_waiting_for_room(client, unrolls[2])  # full: waits for the learner
     assert sending.is_alive(), "send returned although the queue was full"
     assert service.queue_size == 4
 
@@ -385,8 +393,7 @@ def test_an_actor_waiting_for_room_sends_nothing_until_there_is_room():
     # asks for room with a small call instead and sends its unroll once.
     with _full_counting_service(21) as (service, store, client, rng):
         waiting = _unroll(service.spec, 2, rng, first_env=2)
-        sending = _Thread(client.send, waiting)
-        time.sleep(1.0)
+        sending = _start_waiting_for_room(client, waiting)
         assert sending.is_alive(), "send returned although the queue was full"
         assert int(store.offered) == 1, "the unroll was sent to a full queue"
         service.dequeue(2)
@@ -612,8 +619,7 @@ def test_close_releases_an_actor_waiting_for_room(make_service):
     client = _client(address, spec)
     client.send(_unroll(spec, 1, rng))
 
-    sending = _Thread(client.send, _unroll(spec, 1, rng))
-    time.sleep(0.5)
+    sending = _start_waiting_for_room(client, _unroll(spec, 1, rng))
     assert sending.is_alive(), "send returned although the queue was full"
     service.close()
     sending.join()
