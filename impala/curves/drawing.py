@@ -13,10 +13,13 @@ from matplotlib.ticker import EngFormatter
 from impala import run_folder
 from impala.curves.curve import Curve, CurveError
 
+# Pixels per inch of the 12 x 4.5 inch figure: 1320 x 495 pixels by default.
+DEFAULT_DPI = 110
 
-def draw(curves: list[Curve], title: str = "") -> Figure:
+
+def draw(curves: list[Curve], title: str = "", dpi: int = DEFAULT_DPI) -> Figure:
     """Two panels side by side: return against emulator frames, and against training hours."""
-    figure = Figure(figsize=(12, 4.5), dpi=110, layout="constrained")
+    figure = Figure(figsize=(12, 4.5), dpi=dpi, layout="constrained")
     FigureCanvasAgg(figure)  # renders with Agg, into a file: no display, no pyplot state
     by_frames, by_hours = figure.subplots(1, 2)
     for index, curve in enumerate(curves):

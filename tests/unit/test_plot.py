@@ -126,6 +126,20 @@ def test_two_runs_on_one_figure(tmp_path):
     assert os.listdir(out.parent) == ["pong.png"]  # no temporary file left behind
 
 
+def test_dpi_sets_the_pictures_size_and_refuses_what_no_one_can_draw(tmp_path):
+    write_run(tmp_path / "pong", episodes=30)
+    out = tmp_path / "small.png"
+
+    result = run_cli(str(tmp_path / "pong"), f"--out={out}", "--dpi=80")
+
+    assert result.returncode == 0, result.stderr
+    assert read_png(out).shape == (360, 960, 3)  # 12 x 4.5 inches at 80 dpi
+    for dpi in ("0", "601", "many"):
+        refused = run_cli(str(tmp_path / "pong"), f"--out={tmp_path / 'x.png'}", f"--dpi={dpi}")
+        assert refused.returncode != 0 and "--dpi" in refused.stderr, refused.stderr
+        assert not (tmp_path / "x.png").exists()
+
+
 def test_default_out_and_wall_time_fallback(tmp_path, monkeypatch, capsys):
     run = tmp_path / "cartpole"
     run.mkdir()
