@@ -155,7 +155,8 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
     """Builds the checkpoint's network and restores every one of its weights from `path`.
 
     Raises:
-      ValueError: the checkpoint lacks some of the network's weights.
+      ValueError: the checkpoint lacks some of the network's weights, or holds weights that
+        are not finite (NaN or infinite: a learner saves none, but a file may be anyone's).
     """
     try:
         agent = build.agent_for(
@@ -183,6 +184,13 @@ def restore_agent(path: str, identity: dict[str, Any]) -> networks.Agent:
         raise ValueError(
             f"{path}: does not hold all weights of a {identity['agent_name']}"
         ) from error
+    not_finite = [v.name for v in agent.variables if not np.isfinite(v.numpy()).all()]
+    if not_finite:
+        raise ValueError(
+            f"{path}: {len(not_finite)} of its {len(agent.variables)} weights, such as "
+            f"{not_finite[0]}, are not finite; name an earlier checkpoint of "
+            f"{os.path.dirname(path)} with --checkpoint"
+        )
     return agent
 
 

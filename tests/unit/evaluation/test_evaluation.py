@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import networks
-from impala import evaluation
+from impala import build, evaluation
 from impala.configs import GameConfig
 from impala.envs import (
     COUNTER_LEVEL,
@@ -344,6 +344,22 @@ def test_a_checkpoint_without_the_networks_weights_is_refused(tmp_path):
         evaluation.restore_agent(path, identity)
     with pytest.raises(ValueError, match="not a checkpoint of this project's learner"):
         evaluation.read_identity(path)
+
+
+def test_a_checkpoint_whose_weights_are_not_finite_is_refused(tmp_path):
+    # A learner saves none (it refuses to), but a checkpoint may be anyone's file: games
+    # played by NaN weights would report a policy that is not there.
+    identity = {"agent_name": "MLPAgent", "num_actions": 2, "observation_shape": [4]}
+    identity["observation_dtype"] = "float32"
+    agent = build.agent_for("MLPAgent", 2, [4], "float32")
+    agent.variables[1].assign(tf.fill(agent.variables[1].shape, np.nan))
+    path = tf.train.Checkpoint(agent=agent).write(str(tmp_path / "ckpt-1"))
+    with pytest.raises(ValueError) as refused:
+        evaluation.restore_agent(path, identity)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: 1 of its {len(agent.variables)} weights, such as ")
+    assert "are not finite; name an earlier checkpoint of " in message
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize(
