@@ -24,6 +24,10 @@ from impala import run_identity
 STATE_FILE = "checkpoint"  # TensorFlow's name: tf.train.latest_checkpoint reads it too
 VERSIONS_FILE = "published_version"  # the highest weight version that may have been published
 UNUSABLE = "unusable"  # the folder checkpoints a restore passed over are set aside in
+# Set-aside checkpoints kept there for a look, the newest: a run whose checkpoints keep being
+# passed over must not fill its disk with them. The newest holds the highest version set aside,
+# which a resumed run goes on above (with the versions file).
+KEEP_UNUSABLE = 3
 PREFIX = "ckpt"
 _IDENTITY_KEY = "identity/.ATTRIBUTES/VARIABLE_VALUE"
 _NUMBERED = re.compile(rf"^{PREFIX}-(\d+)\.index$")
@@ -242,6 +246,28 @@ def remove_interrupted_saves(directory: str, report: Callable[[str], None]) -> l
             report(f"cannot remove {path}, left by an interrupted save ({first_line(error)})")
             continue
         removed.append(name)
+    return removed
+
+
+def prune_unusable(folder: str, report: Callable[[str], None]) -> list[int]:
+    """Removes from `folder` (`unusable/`) the files of every checkpoint but the newest
+    `KEEP_UNUSABLE`; returns the versions removed. Only real files and folders are removed, a
+    link is left alone; what cannot be removed is reported."""
+    versions = sorted(set(versions_in(folder)))
+    removed = versions[:-KEEP_UNUSABLE]
+    for name in sorted(os.listdir(folder)) if removed else []:
+        match = OF_VERSION.match(name)
+        if not match or int(match[1]) not in removed:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(path)
+            elif stat.S_ISREG(mode):
+                os.remove(path)
+        except OSError as error:
+            report(f"cannot remove {path}, an old set-aside checkpoint ({first_line(error)})")
     return removed
 
 

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from impala import run_identity
 from impala.learner.checkpoint_folder import (
+    KEEP_UNUSABLE,
     READ_ERRORS,
     UNUSABLE,
     VERSIONS_FILE,
@@ -50,6 +51,7 @@ from impala.learner.checkpoint_folder import (
     fsync_path,
     listed,
     path_of,
+    prune_unusable,
     read_counter,
     read_identity,
     remove_interrupted_saves,
@@ -216,6 +218,12 @@ class Checkpointer:
             return
         names = ", ".join(os.path.basename(p) for p in paths)
         report(f"set aside {names} in {folder}: no longer among the kept checkpoints")
+        pruned = prune_unusable(folder, report)
+        if pruned:
+            report(
+                f"removed the set-aside checkpoints {', '.join(map(str, pruned))} from {folder}: "
+                f"it keeps the newest {KEEP_UNUSABLE}"
+            )
 
     def _go_on_above(self, highest: int, report) -> None:
         """Makes `version` one above `highest`, the highest version that may have been

@@ -290,6 +290,33 @@ def _check_set_aside(tmp_path, set_aside, versions):
     assert _kept(tmp_path) == [1, 2, 4]
 
 
+def test_the_unusable_folder_keeps_only_the_newest_set_aside_checkpoints(tmp_path):
+    # Earlier starts set aside versions 0 and 1 (a file and a folder) and 2; a link of such a
+    # name is not followed. Setting aside ckpt-3 now leaves the newest three: 1, 2 and 3.
+    _saved_run(tmp_path)
+    unusable = tmp_path / "unusable"
+    unusable.mkdir()
+    (unusable / "ckpt-0.index").write_bytes(b"old")
+    (unusable / "ckpt-1_temp").mkdir()
+    (unusable / "ckpt-1_temp" / "part").write_bytes(b"old")
+    (unusable / "ckpt-2.index").write_bytes(b"old")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"not ours")
+    os.symlink(outside, unusable / "ckpt-0_temp")
+    _truncate(_data_file(tmp_path, 3))
+    _, loader = _loader(tmp_path)
+    reports = []
+    assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
+    assert (
+        f"removed the set-aside checkpoints 0 from {unusable}: it keeps the newest 3"
+    ) in reports
+    names = sorted(os.listdir(unusable))
+    assert "ckpt-0.index" not in names and "ckpt-0_temp" in names  # the link, left alone
+    assert {"ckpt-1_temp", "ckpt-2.index", "ckpt-3.index"} <= set(names)
+    assert (outside / "kept").read_bytes() == b"not ours"
+
+
 def test_a_missing_latest_checkpoint_falls_back_too(tmp_path):
     _saved_run(tmp_path)
     for name in os.listdir(tmp_path):
