@@ -764,10 +764,7 @@ def test_two_hundred_connections_without_the_secret_are_all_refused(learner):
                 for path in paths
             ]
             codes = collections.Counter()
-            for future in calls:
-                with pytest.raises(grpc.RpcError) as raised:
-                    future.result()
-                codes[raised.value.code()] += 1
+            _count_refusals(calls, codes)
     finally:
         for connection in connections:
             connection.close()
@@ -797,6 +794,15 @@ def test_two_hundred_connections_without_the_secret_are_all_refused(learner):
     assert np.isfinite(weights).all()
 
 
+def _count_refusals(calls, codes: collections.Counter) -> None:
+    """Waits for every call of `calls` (futures), each of which must fail, and counts their
+    status codes into `codes`."""
+    for future in calls:
+        with pytest.raises(grpc.RpcError) as raised:
+            future.result()
+        codes[raised.value.code()] += 1
+
+
 def test_full_size_messages_on_many_connections_leave_memory_bounded(learner):
     """400 connections, each sending a message the size of the learner's message cap (a full
     `Enqueue` chunk, about 3 MiB) without the secret, in rounds: refused, and the learner's
@@ -815,10 +821,7 @@ def test_full_size_messages_on_many_connections_leave_memory_bounded(learner):
                     connection.unary_unary("/impala.Learner/Enqueue").future(request, timeout=60)
                     for connection in connections
                 ]
-                for future in calls:
-                    with pytest.raises(grpc.RpcError) as raised:
-                        future.result()
-                    codes[raised.value.code()] += 1
+                _count_refusals(calls, codes)
     finally:
         for connection in connections:
             connection.close()
