@@ -10,7 +10,8 @@ which the end-to-end run is also given.
 Prints, in agent steps/s and emulator frames/s:
   env        one actor's vector of environments stepped with random actions;
   inference  the policy on one actor's batch of observations;
-  train      the learner on a [T + 1, B] batch: its --batch_reuse optimisation steps, in
+  train      the learner on a [T + 1, B] batch: its --batch_reuse passes of
+             --num_batches_per_epoch optimisation steps each, in
              agent steps of new experience consumed per second;
   ceiling    what a pipeline doing the three one after another on this machine could reach,
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
@@ -134,13 +135,12 @@ def measure_inference(agent, shape, dtype, num_envs: int, seconds: float) -> Sta
     return _timed(step, seconds, steps_per_call=num_envs)
 
 
-def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> Stage:
-    """Agent steps of new experience the learner consumes: T x B per `learn` call, which
-    takes `config.batch_reuse` optimisation steps."""
+def train_batch(agent, shape, dtype, config: configs.LearnerConfig) -> trajectory.Batch:
+    """A [T + 1, B] batch of random observations of `shape`, as actors send them."""
     num_steps, batch = config.unroll_length + 1, config.batch_size
     rng = np.random.default_rng(0)
     observation = rng.integers(0, 255, (num_steps, batch, *shape)).astype(dtype)
-    data = trajectory.Batch(
+    return trajectory.Batch(
         agent_state=agent.initial_state(batch),
         steps=Steps(
             prev_action=np.zeros((num_steps, batch), np.int32),
@@ -151,9 +151,17 @@ def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: f
             policy_logits=np.zeros((num_steps, batch, agent.num_actions), np.float32),
         ),
     )
+
+
+def measure_train(agent, shape, dtype, config: configs.LearnerConfig, seconds: float) -> Stage:
+    """Agent steps of new experience the learner consumes: T x B per `learn` call, which
+    takes `config.batch_reuse` passes of `config.num_batches_per_epoch` steps."""
+    data = train_batch(agent, shape, dtype, config)
     trainer = optimise.Trainer(agent, config)
     return _timed(
-        lambda: trainer.learn(data, frames=0), seconds, steps_per_call=config.unroll_length * batch
+        lambda: trainer.learn(data, frames=0),
+        seconds,
+        steps_per_call=config.unroll_length * config.batch_size,
     )
 
 
@@ -237,8 +245,8 @@ def main(argv):
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, {os.cpu_count()} CPUs, "
         f"{FLAGS.num_envs_per_actor} envs per actor, batch {config.batch_size} x "
-        f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} "
-        f"optimisation step(s) per batch"
+        f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} pass(es) of "
+        f"{config.num_batches_per_epoch} optimisation step(s) per batch"
     )
     # Measured before and after the end-to-end run: a shared machine's speed drifts over its
     # minutes, and the two ceilings show by how much.

@@ -41,7 +41,7 @@ def train(
 ) -> Progress:
     """Trains until the frame budget is spent; returns the final progress (frames, scores)."""
     actor = Actor(env, agent, config.learner.unroll_length, seed=config.game.seed)
-    learner = Trainer(agent, config.learner)
+    learner = Trainer(agent, config.learner, seed=config.game.seed)
     progress = Progress(config.learner.total_environment_frames)
     frames_per_batch = config.learner.unroll_length * env.num_envs * env.frames_per_step
     report(

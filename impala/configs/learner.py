@@ -33,8 +33,16 @@ class LearnerConfig:
     unroll_length: int = setting(20, "Agent steps per trajectory.", check=at_least(1))
     batch_reuse: int = setting(
         6,
-        "Optimisation steps the learner takes on each batch (V-trace corrects for the policy "
-        "having moved).",
+        "Passes (epochs) the learner makes over each batch, each of --num_batches_per_epoch "
+        "optimisation steps (V-trace corrects for the policy having moved); Sample Factory's "
+        "--num_epochs.",
+        check=at_least(1),
+    )
+    num_batches_per_epoch: int = setting(
+        1,
+        "Minibatches each pass over a batch is split into, by trajectory, shuffled every pass: "
+        "one optimisation step each (a minibatch's share of --gradients_clipping). "
+        "--batch_size must be a multiple of it. Sample Factory's name.",
         check=at_least(1),
     )
     discounting: float = setting(0.99, "Discount factor.", check=within(0, 1))
@@ -89,7 +97,8 @@ class LearnerConfig:
     gradients_clipping: float = setting(
         160.0,
         "Clip gradients to this global norm; 0 or less turns clipping off. The loss is a sum "
-        "over the batch's steps: 160 over 16 x 20 steps is PPO's 0.5 on a mean.",
+        "over the batch's steps: 160 over 16 x 20 steps is PPO's 0.5 on a mean. A minibatch "
+        "(--num_batches_per_epoch) clips at its share of it.",
         check=rule(lambda value: value == value, "must be a number (<= 0 turns clipping off)"),
     )
     optimizer: str = setting(
@@ -151,6 +160,12 @@ class LearnerConfig:
                 f"--momentum={self.momentum}: is RMSProp's; --optimizer=adam has its own (beta1 "
                 "0.9): leave --momentum at 0"
             )
+        if self.batch_size % self.num_batches_per_epoch:
+            raise ValueError(
+                f"--num_batches_per_epoch={self.num_batches_per_epoch}: must divide "
+                f"--batch_size={self.batch_size} (minibatches of whole trajectories, all the "
+                "same size)"
+            )
         self._check_cooldown_begins_within_the_budget()
 
     def _check_cooldown_begins_within_the_budget(self) -> None:
@@ -199,6 +214,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "batch_size": 32,
         "unroll_length": 20,
         "batch_reuse": 1,
+        "num_batches_per_epoch": 1,
         "vtrace_lambda": 1.0,
         "normalize_advantages": False,
         "policy_clip": 0.0,

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import sonnet as snt
 import tensorflow as tf
 
@@ -90,6 +91,11 @@ class Trainer:
     changes them; the step reads their values from variables, so that a change takes effect
     at the next step without tracing it again.
 
+    A batch is trained on in `config.batch_reuse` passes (epochs); each pass splits its
+    trajectories into `config.num_batches_per_epoch` minibatches, in a new random order every
+    pass, and takes one optimisation step on each. One minibatch a pass is the whole batch, in
+    its order: IMPALA's and this project's steps before minibatches.
+
     A step whose loss or gradients are not finite is skipped: neither the weights nor the
     optimiser's state change, and the step is counted (`skipped_steps`). Applied, it would make
     every weight NaN, since clipping by a non-finite global norm makes every gradient NaN. Only
@@ -102,6 +108,7 @@ class Trainer:
         config: LearnerConfig,
         wrap_tape: TapeWrapper | None = None,
         every_learner: FlagReducer | None = None,
+        seed: int = 0,
     ):
         """Creates the optimiser.
 
@@ -113,6 +120,7 @@ class Trainer:
           every_learner: whether a bool scalar of this learner's holds on every learner, so
             that all skip a step together when any one's loss is not finite; None: this
             learner alone.
+          seed: seeds the order in which each pass takes a batch's trajectories.
         """
         self._agent = agent
         self._config = config
@@ -126,6 +134,8 @@ class Trainer:
         # Without autograph: the step's control flow is Python on the config, and converting
         # Horovod's gradient tape was half of a two-learner run's wait for its first step.
         self._train_step = tf.function(self._step, autograph=False)
+        self._target_logits = tf.function(self._policy_logits, autograph=False)
+        self._order = np.random.default_rng(seed)
 
     def create_optimizer_slots(self) -> None:
         """Creates the optimiser's slot variables without changing any weight.
@@ -152,7 +162,8 @@ class Trainer:
         self.hyperparameters = changed
 
     def learn(self, batch: Batch, frames: int) -> dict[str, float]:
-        """`config.batch_reuse` optimisation steps on `batch`, at `frames` frames into training.
+        """`config.batch_reuse` passes over `batch` of `config.num_batches_per_epoch` steps
+        each, at `frames` frames into training.
 
         Every step after the first learns from actions its own earlier updates did not choose:
         V-trace's importance weights (pi / mu, clipped) correct for that.
@@ -162,7 +173,8 @@ class Trainer:
           and `skipped_steps`, how many of the steps were skipped (loss or gradients not
           finite).
         """
-        return self._optimise(batch, frames, self._config.batch_reuse)
+        config = self._config
+        return self._optimise(batch, frames, config.batch_reuse, config.num_batches_per_epoch)
 
     def step(self, batch: Batch, frames: int) -> dict[str, float]:
         """One optimisation step on `batch`, at `frames` emulator frames into training.
@@ -171,28 +183,55 @@ class Trainer:
           Scalar statistics of the step: the loss terms, gradient norm and learning rate;
           `skipped_steps` is 1 if it was skipped (loss or gradients not finite), else 0.
         """
-        return self._optimise(batch, frames, 1)
+        return self._optimise(batch, frames, 1, 1)
 
-    def _optimise(self, batch: Batch, frames: int, num_steps: int) -> dict[str, float]:
+    def _optimise(
+        self, batch: Batch, frames: int, epochs: int, minibatches: int
+    ) -> dict[str, float]:
         base = self.hyperparameters
         self.learning_rate.assign(annealed_learning_rate(self._config, frames, base.learning_rate))
         self.entropy_cost.assign(scheduled_entropy_cost(self._config, frames, base.entropy_cost))
         batch = tf.nest.map_structure(tf.convert_to_tensor, batch)  # once, however many steps
-        # The learner's policy as the batch arrived: the first step's, before its update.
+        learner_centred = self._config.policy_clip_center == "learner"
+        # The learner's policy as the batch arrived, before any of its steps.
         proximal_logits = None
+        if learner_centred and minibatches > 1:
+            proximal_logits = self._target_logits(batch)
+        size = int(batch.steps.reward.shape[1])
         skipped = 0
-        for _ in range(num_steps):
-            stats, logits = self._train_step(batch, proximal_logits)
-            skipped += stats.pop("skipped")
-            if self._config.policy_clip_center == "learner" and proximal_logits is None:
-                proximal_logits = logits
+        for _ in range(epochs):
+            order = self._order.permutation(size) if minibatches > 1 else None
+            for part in range(minibatches):
+                indices = None
+                if order is not None:
+                    share = order[part * size // minibatches : (part + 1) * size // minibatches]
+                    indices = tf.constant(share, tf.int32)
+                stats, logits = self._train_step(batch, indices, proximal_logits)
+                skipped += stats.pop("skipped")
+                if learner_centred and proximal_logits is None:
+                    # The whole batch's first step: its logits are the policy's before it.
+                    proximal_logits = logits
         summary = {name: float(value) for name, value in stats.items()}
         summary["skipped_steps"] = int(skipped)
         return summary
 
+    def _policy_logits(self, batch: Batch) -> tf.Tensor:
+        """The learner's policy logits [T, B, NUM_ACTIONS] on `batch`'s steps, no gradient."""
+        steps = batch.steps
+        inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
+        outputs, _ = self._agent.unroll(inputs, batch.agent_state)
+        return tf.stop_gradient(outputs.policy_logits[:-1])
+
     def _step(
-        self, batch: Batch, proximal_logits: tf.Tensor | None
+        self, batch: Batch, indices: tf.Tensor | None, proximal_logits: tf.Tensor | None
     ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """One optimisation step on the trajectories `indices` of `batch` (None: all)."""
+        share = 1.0
+        if indices is not None:
+            share = indices.shape[0] / batch.steps.reward.shape[1]
+            batch = trajectories(batch, indices)
+            if proximal_logits is not None:
+                proximal_logits = tf.gather(proximal_logits, indices, axis=1)
         variables = self._agent.trainable_variables
         with tf.GradientTape() as tape:
             loss = compute_loss(
@@ -207,7 +246,9 @@ class Trainer:
         apply = self._every_learner(tf.math.is_finite(loss.total)) & tf.math.is_finite(
             gradient_norm
         )
-        tf.cond(apply, lambda: self._apply(gradients, variables, gradient_norm), lambda: None)
+        tf.cond(
+            apply, lambda: self._apply(gradients, variables, gradient_norm, share), lambda: None
+        )
         return {
             "loss/total": loss.total,
             "loss/policy_gradient": loss.policy_gradient,
@@ -220,10 +261,21 @@ class Trainer:
             "skipped": tf.cast(~apply, tf.int32),
         }, loss.target_logits
 
-    def _apply(self, gradients, variables, gradient_norm) -> None:
-        """Clips `gradients` by their global norm (if the config says so) and applies them."""
+    def _apply(self, gradients, variables, gradient_norm, share: float) -> None:
+        """Clips `gradients` by their global norm (if the config says so) at the `share` of the
+        batch their loss summed over, and applies them."""
         if self._config.gradients_clipping > 0:
             gradients, _ = tf.clip_by_global_norm(
-                gradients, self._config.gradients_clipping, use_norm=gradient_norm
+                gradients, self._config.gradients_clipping * share, use_norm=gradient_norm
             )
         self.optimizer.apply(gradients, variables)
+
+
+def trajectories(batch: Batch, indices: tf.Tensor) -> Batch:
+    """The trajectories `indices` [K] of a [T + 1, B] batch: a [T + 1, K] batch."""
+    return Batch(
+        agent_state=tf.nest.map_structure(
+            lambda state: tf.gather(state, indices, axis=0), batch.agent_state
+        ),
+        steps=tf.nest.map_structure(lambda x: tf.gather(x, indices, axis=1), batch.steps),
+    )

@@ -36,6 +36,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         config.learner,
         wrap_tape=allreduce.wrap_tape,
         every_learner=allreduce.every_learner,
+        seed=config.game.seed + topology.rank,
     )
     trainer.create_optimizer_slots()
     spec, identity = transport.describe(

@@ -495,6 +495,101 @@ def test_a_learner_centred_clip_holds_the_batchs_first_policy_through_its_steps(
     assert np.abs(held - recentred).max() > 1e-3
 
 
+def _minibatches_by_hand(agent, batch, config, seed):
+    """`config.batch_reuse` passes over `batch` written out: each pass takes the trajectories
+    in a new order of a generator seeded `seed`, `config.num_batches_per_epoch` at a time, one
+    step each, clipped at the minibatch's share of the threshold and, with a learner-centred
+    clip, centred on the policy before the batch's first step."""
+    optimizer = optimise.make_optimizer(config, tf.Variable(config.learning_rate))
+    size, parts = batch.steps.reward.shape[1], config.num_batches_per_epoch
+    inputs = networks.make_input(*(batch.steps[i] for i in (0, 1, 2, 3)))
+    centre = agent.unroll(inputs, ())[0].policy_logits[:-1].numpy()
+    order = np.random.default_rng(seed)
+    for _ in range(config.batch_reuse):
+        shuffled = order.permutation(size)
+        for part in np.split(shuffled, parts):
+            minibatch = batch._replace(steps=Steps(*(x[:, part] for x in batch.steps)))
+            proximal = centre[:, part] if config.policy_clip_center == "learner" else None
+            with tf.GradientTape() as tape:
+                terms = loss.compute_loss(agent, minibatch, config, proximal)
+            gradients = tape.gradient(terms.total, agent.trainable_variables)
+            threshold = config.gradients_clipping * len(part) / size
+            gradients, _ = tf.clip_by_global_norm(gradients, threshold)
+            optimizer.apply(gradients, agent.trainable_variables)
+    return [v.numpy() for v in agent.trainable_variables]
+
+
+@pytest.mark.parametrize("centre", ["behaviour", "learner"])
+def test_minibatches_take_every_trajectory_once_a_pass_in_a_new_order(centre):
+    rng = np.random.default_rng(11)
+    batch = _batch(rng, num_steps=6, batch_size=8)
+    config = LearnerConfig(
+        batch_reuse=3,
+        num_batches_per_epoch=4,
+        learning_rate=0.05,
+        gradients_clipping=2.0,  # below the norms here: each minibatch clips at its share
+        policy_clip_center=centre,
+        total_environment_frames=10**9,
+    )
+    agent = _mlp_agent(seed=5)
+    trainer = optimise.Trainer(agent, config, seed=7)
+    stats = trainer.learn(batch, frames=0)
+    assert int(trainer.optimizer.step) == 12 and stats["skipped_steps"] == 0
+    assert stats["gradient_norm"] > 2.0 * 2 / 8
+    by_hand = _minibatches_by_hand(_mlp_agent(seed=5), batch, config, seed=7)
+    # Twelve Adam steps in a traced function and eagerly differ by float32 rounding only.
+    for mine, theirs in zip(agent.trainable_variables, by_hand, strict=True):
+        np.testing.assert_allclose(mine.numpy(), theirs, rtol=1e-4, atol=2e-5)
+    # The next batch is taken in another order: the same weights and batch, another seed,
+    # give other weights.
+    other = _mlp_agent(seed=5)
+    optimise.Trainer(other, config, seed=8).learn(batch, frames=0)
+    moved = [
+        np.abs(a.numpy() - b).max() for a, b in zip(other.trainable_variables, by_hand, strict=True)
+    ]
+    assert max(moved) > 1e-4
+
+
+def test_one_minibatch_a_pass_is_the_whole_batch_as_before():
+    rng = np.random.default_rng(12)
+    batch = _batch(rng, num_steps=6, batch_size=4)
+    config = LearnerConfig(batch_reuse=2, total_environment_frames=10**9)
+    weights = []
+    for learn in ("learn", "step"):
+        agent = _mlp_agent(seed=6)
+        trainer = optimise.Trainer(agent, config, seed=1)
+        if learn == "learn":
+            trainer.learn(batch, frames=0)
+        else:
+            trainer.step(batch, frames=0)
+            trainer.step(batch, frames=0)
+        weights.append([v.numpy() for v in agent.trainable_variables])
+    for first, second in zip(*weights, strict=True):
+        np.testing.assert_array_equal(first, second)
+
+
+def test_minibatches_of_a_recurrent_agent_take_their_trajectories_state():
+    tf.random.set_seed(4)
+    agent = networks.make_agent("ShallowLSTMAgent", 3)
+    networks.build_variables(agent, (84, 84, 4), np.uint8)
+    rng = np.random.default_rng(13)
+    steps = _batch(rng, num_steps=3, batch_size=4).steps
+    steps = steps._replace(observation=rng.integers(0, 255, (4, 4, 84, 84, 4)).astype(np.uint8))
+    state = tf.nest.map_structure(
+        lambda x: tf.constant(rng.normal(size=x.shape).astype(np.float32)),
+        agent.initial_state(4),
+    )
+    batch = trajectory.Batch(agent_state=state, steps=steps)
+    part = tf.constant([2, 0])
+    taken = optimise.trajectories(batch, part)
+    for mine, whole in zip(tf.nest.flatten(taken.agent_state), tf.nest.flatten(state), strict=True):
+        np.testing.assert_array_equal(mine.numpy(), tf.gather(whole, part).numpy())
+    np.testing.assert_array_equal(taken.steps.observation, steps.observation[:, [2, 0]])
+    config = LearnerConfig(num_batches_per_epoch=2, batch_reuse=1, total_environment_frames=10**9)
+    stats = optimise.Trainer(agent, config).learn(batch, frames=0)
+    assert stats["skipped_steps"] == 0 and np.isfinite(stats["loss/total"])
+
+
 def test_create_optimizer_slots_keeps_weights():
     agent = _mlp_agent()
     before = [v.numpy() for v in agent.trainable_variables]
@@ -602,6 +697,12 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         LearnerConfig(optimizer="sgd")
     with pytest.raises(ValueError, match="--batch_reuse=0: must be at least 1"):
         LearnerConfig(batch_reuse=0)
+    with pytest.raises(ValueError, match="--num_batches_per_epoch=0: must be at least 1"):
+        LearnerConfig(num_batches_per_epoch=0)
+    with pytest.raises(
+        ValueError, match=r"--num_batches_per_epoch=3: must divide --batch_size=16 \(minibatches"
+    ):
+        LearnerConfig(num_batches_per_epoch=3)
     with pytest.raises(ValueError, match=r"--momentum=0\.9: is RMSProp.s; --optimizer=adam"):
         LearnerConfig(optimizer="adam", momentum=0.9)
 
