@@ -1,0 +1,576 @@
+"""How well the learners would scale over several machines on 1 GbE and 10 GbE: two Horovod
+ranks all-reduce the learner's gradients over a shaped link on this machine, and a ring model
+fitted to that predicts 2, 4 and 8 machines.
+
+  python -m benchmarks.scaling                          # 1gbit and 10gbit, none and fp16
+  python -m benchmarks.scaling --rates=1gbit --compression=fp16 --repeats=20
+  python -m benchmarks.scaling --mca=btl_tcp_links=4     # an Open MPI setting for the ranks
+
+Run as root: it makes two network namespaces joined by a veth pair (10.77.0.1/24 and
+10.77.0.2/24, inside the namespaces only; names carry this process's id), and holds both ends
+of the pair to each rate of --rates with `tc ... tbf`, after measuring the unshaped pair. All of
+it is removed at the end, also after an error, Ctrl-C or SIGTERM.
+
+What it measures:
+  step      the learner's train step alone on this machine, one learner, default config
+            (`benchmarks.throughput.measure_train`: the same `Trainer`, no Horovod), in seconds
+            per optimisation step (each batch takes --batch_reuse x --num_batches_per_epoch);
+  all-reduce  two Horovod ranks, one per namespace, each building the learner's network (the
+            default: what `make train` trains on Pong) and all-reducing float32 tensors of
+            exactly its trainable variables' shapes as the train step's
+            `hvd.DistributedGradientTape` does, with each compression of --compression
+            (Horovod's fp16 casts them to float16 for the collective): median and p90 seconds
+            over --repeats calls after --warmup, and the bytes rank 0's veth end sent and
+            received per call;
+            and the train step's one-float vote (`allreduce.every_learner`), the latency.
+
+How the ranks run: one `mpirun`, itself inside namespace A, with hosts 10.77.0.1 (its own) and
+10.77.0.2, whose daemon it starts through a launch agent (Open MPI's `plm_rsh_agent`, the role
+ssh plays on a cluster) that is `ip netns exec B`; `--mca pml ob1 --mca btl tcp,self` with
+`btl_tcp_if_include` and `oob_tcp_if_include` on 10.77.0.0/24 keep every byte between the ranks
+on TCP over the pair. This is how the learners run on real machines (Horovod's MPI controller
+and MPI all-reduce, as under `make train ARGS=--num_learners=2`), with Open MPI's defaults
+unless --mca says otherwise. The simpler MPMD form,
+`mpirun -np 1 ip netns exec A python ... : -np 1 ip netns exec B python ...`, does not start:
+each rank's PMIx client must reach mpirun's PMIx server over loopback, which a namespace does
+not share (`OPAL ERROR: Unreachable` in MPI_Init). Horovod's Gloo controller would need its
+rendezvous server reachable from both namespaces, and would measure Gloo's all-reduce, which
+the learners do not use.
+
+The model (a ring all-reduce; N learners, one per machine):
+  t(N) = 2 (N - 1) alpha + 2 (N - 1) / N x bytes / rate
+  alpha  the latency of one of the ring's 2 (N - 1) steps: half the vote's median at N = 2
+         (it carries 4 bytes), so it also holds Horovod's own per-collective work;
+  rate   the link's effective rate, fitted so that t(2) is the measured median:
+         rate = bytes / (median - 2 alpha), with bytes = what each rank contributes (4 bytes
+         an element, 2 with fp16; fp16's casts thus count against its rate);
+  efficiency(N) = step / (step + t(N)): the all-reduce is not overlapped with compute (the
+         train step waits for the averaged gradients before it applies them; that Horovod may
+         start on the last layers' gradients while the first layers' are computed is left
+         out, so the model errs low). The vote is left out too: it depends on the loss alone,
+         so it can run while the gradients are computed.
+Then, for 90% at 8 learners on 10gbit and 70% on 1gbit, what would close the gap: fp16 (its
+row), all-reduces per batch (each batch takes S steps, each all-reducing: at most
+m = S step (1 - e) / (e t(8)) all-reduces per batch reach efficiency e), or overlap (the share
+f = 1 - step (1 - e) / (e t(8)) of each all-reduce hidden behind compute, possible only while
+f t(8) <= step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+
+from absl import app, flags
+
+from benchmarks import scaling_link
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates to hold the pair to (tc's spelling).")
+flags.DEFINE_list("compression", ["none", "fp16"], "Horovod compressions to measure: none, fp16.")
+flags.DEFINE_integer("repeats", 50, "Timed all-reduces per link and compression.", lower_bound=1)
+flags.DEFINE_integer("warmup", 5, "Untimed all-reduces before them.", lower_bound=1)
+flags.DEFINE_float(
+    "step_seconds", 10.0, "How long the train step alone is measured.", lower_bound=0.01
+)
+flags.DEFINE_multi_string(
+    "mca",
+    [],
+    "More Open MPI settings for the ranks' mpirun, name=value (e.g. btl_tcp_links=4); "
+    "default: Open MPI's own, as the learners run.",
+)
+flags.DEFINE_float(
+    "rank_timeout_secs", 300.0, "Give up when the ranks are silent this long.", lower_bound=1
+)
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SCRIPT = "scaling.py"
+COMPRESSIONS = ("none", "fp16")
+LEARNERS = (2, 4, 8)
+# What would close the gap is worked out for these links: (rate, efficiency at 8 learners).
+TARGETS = (("10gbit", 0.9), ("1gbit", 0.7))
+UNSHAPED = "unshaped"
+# The Open MPI settings that put the ranks on the pair: --mca may not change them.
+_OWN_MCA = ("plm_rsh_agent", "oob_tcp_if_include", "pml", "btl", "btl_tcp_if_include")
+_MARK = "SCALING "  # benchmarks.scaling_rank's result lines
+
+
+class StoppedError(Exception):
+    """SIGTERM or SIGINT arrived."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise StoppedError(signum)
+
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """One link and compression: the two-rank all-reduce measured, and the ring model fitted.
+
+    Attributes:
+      median, p90: seconds per all-reduce of the whole gradient set, two ranks.
+      alpha: seconds of latency per ring step (half the vote's median).
+      payload: bytes each rank contributes (elements x bytes per element on the wire).
+      sent, received: bytes rank 0's end of the link sent and received per all-reduce,
+        measured (with TCP/IP headers and Horovod's own messages).
+    """
+
+    link: str
+    compression: str
+    median: float
+    p90: float
+    alpha: float
+    payload: int
+    sent: float
+    received: float
+
+    @property
+    def bandwidth_secs(self) -> float:
+        """The bandwidth term at N = 2, where 2 (N - 1) / N = 1."""
+        return max(self.median - 2 * self.alpha, 1e-9)
+
+    @property
+    def rate(self) -> float:
+        """The fitted effective rate, bytes per second."""
+        return self.payload / self.bandwidth_secs
+
+    def seconds(self, learners: int) -> float:
+        """t(N) of a ring all-reduce over `learners`."""
+        steps = 2 * (learners - 1)
+        return steps * self.alpha + steps / learners * self.payload / self.rate
+
+
+def efficiency(step: float, all_reduce: float) -> float:
+    """Share of a learner's time spent computing when each step waits for `all_reduce`."""
+    return step / (step + all_reduce)
+
+
+def fit(link: str, compression: str, measured: dict, payload: int) -> Fit:
+    """The model fitted to one link's rank-0 measurements (`benchmarks.scaling_rank`)."""
+    seconds = measured[compression]["seconds"]
+    return Fit(
+        link=link,
+        compression=compression,
+        median=statistics.median(seconds),
+        p90=percentile(seconds, 90),
+        alpha=statistics.median(measured["vote"]["seconds"]) / 2,
+        payload=payload,
+        sent=measured[compression]["sent"] / len(seconds),
+        received=measured[compression]["received"] / len(seconds),
+    )
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """What reaching `target` efficiency at `learners` takes, for one fit."""
+
+    now: float  # efficiency at `learners` as measured and modelled
+    max_all_reduces: float  # per batch, of `steps_per_batch`, that still reach the target
+    one_per_batch: float  # efficiency with one all-reduce per batch
+    overlap: float  # share of each all-reduce to hide behind compute (0 if none needed)
+    overlap_possible: bool  # whether that much fits behind the step's compute
+
+
+def gap(fitted: Fit, step: float, steps_per_batch: int, target: float, learners: int = 8) -> Gap:
+    t = fitted.seconds(learners)
+    batch = steps_per_batch * step
+    overlap = max(0.0, 1 - step * (1 - target) / (target * t))
+    return Gap(
+        now=efficiency(step, t),
+        max_all_reduces=batch * (1 - target) / (target * t),
+        one_per_batch=efficiency(batch, t),
+        overlap=overlap,
+        overlap_possible=overlap * t <= step,
+    )
+
+
+# --- the flags ---------------------------------------------------------------------------------
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parse, its errors in one line."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        _fail(str(error), status=2)
+
+
+def _fail(message: str, status: int = 1):
+    print(f"{_SCRIPT}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def checked_flags() -> tuple[list[str], list[str]]:
+    """--rates and --compression, checked; ValueError in one line."""
+    rates = [rate.strip().lower() for rate in FLAGS.rates if rate.strip()]
+    for rate in rates:
+        try:
+            scaling_link.rate_bits(rate)
+        except ValueError as error:
+            raise ValueError(f"--rates: {error}") from None
+    if len(set(rates)) != len(rates):
+        raise ValueError(f"--rates: a rate is given twice: {','.join(rates)}")
+    compressions = [name.strip().lower() for name in FLAGS.compression if name.strip()]
+    wrong = [name for name in compressions if name not in COMPRESSIONS]
+    if wrong or not compressions:
+        raise ValueError(
+            f"--compression: {','.join(wrong) or 'nothing'} is not one of {', '.join(COMPRESSIONS)}"
+        )
+    return rates, list(dict.fromkeys(compressions))
+
+
+def checked_mca() -> dict[str, str]:
+    """--mca as {name: value}; ValueError in one line."""
+    settings = {}
+    for item in FLAGS.mca:
+        name, equals, value = item.partition("=")
+        if not equals or not re.fullmatch(r"[a-z][a-z0-9_]*", name) or not value:
+            raise ValueError(f"--mca={item}: give an Open MPI setting as name=value")
+        if name in _OWN_MCA:
+            raise ValueError(f"--mca={item}: {name} is the benchmark's own (it keeps the link)")
+        settings[name] = value
+    return settings
+
+
+# --- the measurements --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCompute:
+    """The train step alone: seconds per optimisation step, and steps per batch."""
+
+    seconds: float
+    steps_per_batch: int
+
+
+def measure_step(seconds: float) -> StepCompute:
+    """One learner's train step with the default config, on this machine, without Horovod."""
+    # TensorFlow loads here: a bad flag or a missing tool is reported before it.
+    from benchmarks import throughput
+    from impala import configs
+    from impala.learner import start
+
+    job = configs.LearnerJobConfig()
+    env_info, agent = start.build_agent(job)
+    config = job.learner
+    stage = throughput.measure_train(
+        agent, env_info.observation_shape, env_info.observation_dtype, config, seconds
+    )
+    steps_per_batch = config.batch_reuse * config.num_batches_per_epoch
+    batch_secs = config.unroll_length * config.batch_size / stage.steps_per_second
+    return StepCompute(batch_secs / steps_per_batch, steps_per_batch)
+
+
+_AGENT = """#!/bin/sh
+# Open MPI's launch agent for one benchmarks.scaling run: "$1" is the host, the rest the
+# command line its shell runs. The one other host is the namespace holding {address}.
+[ "$1" = "{address}" ] || {{ echo "no such host: $1" >&2; exit 1; }}
+shift
+exec ip netns exec {namespace} sh -c "$*"
+"""
+
+
+def write_launch_agent(link: scaling_link.Link, folder: str) -> str:
+    path = os.path.join(folder, "launch_agent")
+    with open(path, "w") as f:
+        f.write(_AGENT.format(address=scaling_link.ADDRESSES[1], namespace=link.namespaces[1]))
+    os.chmod(path, 0o700)
+    return path
+
+
+def ranks_command(
+    link: scaling_link.Link,
+    agent: str,
+    warmup: int,
+    repeats: int,
+    compressions: list[str],
+    extra_mca: dict[str, str],
+) -> list[str]:
+    """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
+    subnet = scaling_link.SUBNET
+    mca = {
+        **extra_mca,
+        "plm_rsh_agent": agent,
+        "oob_tcp_if_include": subnet,
+        # TCP only, on the pair: no shared memory or UCX between the two "hosts".
+        "pml": "ob1",
+        "btl": "tcp,self",
+        "btl_tcp_if_include": subnet,
+    }
+    argv = ["mpirun", "--allow-run-as-root", "-np", "2"]
+    argv += ["-H", ",".join(f"{address}:1" for address in scaling_link.ADDRESSES)]
+    argv += ["--bind-to", "none", "--map-by", "slot", "-x", "PYTHONUNBUFFERED"]
+    for name, value in mca.items():
+        argv += ["--mca", name, value]
+    argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
+    argv += [str(warmup), str(repeats), ",".join(compressions), link.tag]
+    return link.in_namespace(0, argv)
+
+
+class Ranks:
+    """The mpirun of the two ranks: what it prints, line by line, and its input."""
+
+    def __init__(self, argv: list[str]):
+        self.tail: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        self.process = subprocess.Popen(
+            argv,
+            cwd=_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def result(self, timeout: float) -> dict:
+        """Rank 0's next result line.
+
+        Raises:
+          RuntimeError: the ranks ended, or said nothing for `timeout` seconds.
+        """
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                raise RuntimeError(f"the ranks said nothing for {timeout:.0f} s") from None
+            if line is None:
+                self.process.wait()
+                last = " | ".join(self.tail[-6:]) or "nothing"
+                raise RuntimeError(
+                    f"the ranks' mpirun ended (status {self.process.returncode}); its last "
+                    f"lines: {last}"
+                )
+            if line.startswith(_MARK):
+                return json.loads(line[len(_MARK) :])
+            self.tail = [*self.tail[-40:], line]
+
+    def send(self, line: str) -> None:
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def stop(self, grace_secs: float = 5.0) -> None:
+        """Ends mpirun (which ends its ranks), SIGKILL after `grace_secs`."""
+        for sig, wait in ((signal.SIGTERM, grace_secs), (signal.SIGKILL, 2.0)):
+            if self.process.poll() is not None:
+                return
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait)
+
+
+def measure_links(
+    link: scaling_link.Link, rates: list[str], compressions: list[str], folder: str
+) -> tuple[dict, dict]:
+    """The ranks' description of the network, and their measurements per link set-up."""
+    agent = write_launch_agent(link, folder)
+    ranks = Ranks(
+        ranks_command(link, agent, FLAGS.warmup, FLAGS.repeats, compressions, checked_mca())
+    )
+    try:
+        ready = ranks.result(FLAGS.rank_timeout_secs)
+        measured = {}
+        for rate in [None, *rates]:
+            label = rate or UNSHAPED
+            scaling_link.shape(link, rate)
+            print(f"  measuring the {label} link ...", flush=True)
+            ranks.send(label)
+            result = ranks.result(FLAGS.rank_timeout_secs)
+            measured[result["link"]] = result["results"]
+        ranks.send("")
+        try:
+            ranks.process.wait(timeout=FLAGS.rank_timeout_secs)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("the ranks' mpirun did not end once told to") from None
+        return ready, measured
+    finally:
+        ranks.stop()
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _gbit(bytes_per_second: float) -> str:
+    return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
+
+
+def table_lines(fits: list[Fit], step: StepCompute) -> list[str]:
+    learners = ", ".join(str(n) for n in LEARNERS)
+    header = (
+        f"{'link':<9} {'compression':<11} {'2-learner all-reduce, median (p90)':<35} "
+        f"{'sent / received':>16} {'rate fitted':>12} {'alpha':>7}   efficiency at {learners}"
+    )
+    lines = [header, "-" * len(header)]
+    for fitted in fits:
+        measured = f"{_ms(fitted.median)} ({_ms(fitted.p90)})"
+        moved = f"{fitted.sent / 1e6:.2f} / {fitted.received / 1e6:.2f} MB"
+        efficiencies = " ".join(
+            f"{efficiency(step.seconds, fitted.seconds(n)):>5.0%}" for n in LEARNERS
+        )
+        lines.append(
+            f"{fitted.link:<9} {fitted.compression:<11} {measured:<35} {moved:>16} "
+            f"{_gbit(fitted.rate):>12} {_ms(fitted.alpha):>7}   {efficiencies}"
+        )
+    return lines
+
+
+def gap_lines(fits: list[Fit], step: StepCompute) -> list[str]:
+    lines = []
+    for rate, target in TARGETS:
+        rows = [fitted for fitted in fits if fitted.link == rate]
+        if not rows:
+            continue
+        lines.append(f"To reach {target:.0%} at 8 learners on {rate}:")
+        for fitted in rows:
+            need = gap(fitted, step.seconds, step.steps_per_batch, target)
+            t8 = fitted.seconds(8)
+            reached = "reached" if need.now >= target else "not reached"
+            fewer = min(need.max_all_reduces, float(step.steps_per_batch))
+            overlap = (
+                f"overlap {need.overlap:.0%} of each all-reduce ({_ms(need.overlap * t8)} of "
+                f"{_ms(t8)} hidden behind a {_ms(step.seconds)} step: "
+                f"{'possible' if need.overlap_possible else 'more than the step computes'})"
+            )
+            lines.append(
+                f"  {fitted.compression:<5} now {need.now:.0%} ({reached}); or at most "
+                f"{fewer:.2f} all-reduces per batch of {step.steps_per_batch} steps (one per "
+                f"batch: {need.one_per_batch:.0%}); or {overlap}"
+            )
+    return lines
+
+
+def model_lines(ready: dict, compressions: list[str]) -> list[str]:
+    payload = ", ".join(f"{name} {ready['payload'][name] / 1e6:.2f} MB" for name in compressions)
+    return [
+        "Model: t(N) = 2(N-1) alpha + 2(N-1)/N x bytes / rate (a ring all-reduce),",
+        "  alpha = the one-float vote's median / 2, rate = bytes / (median - 2 alpha), so that",
+        f"  t(2) = the median; bytes = what each rank contributes ({payload});",
+        "  efficiency = step / (step + t(N)), the all-reduce not overlapped with compute.",
+        "  'sent / received': bytes through rank 0's end of the link per all-reduce (with TCP/IP",
+        "  headers and Horovod's own messages).",
+    ]
+
+
+def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], compressions):
+    elements = ready["elements"]
+    print(
+        f"\n{ready['level']}, {ready['agent']}: {elements:,} trainable floats in "
+        f"{ready['tensors']} tensors ({elements * 4 / 1e6:.2f} MB as float32); train step alone "
+        f"{_ms(step.seconds)} per optimisation step, {step.steps_per_batch} per batch; "
+        f"{FLAGS.repeats} timed all-reduces after {FLAGS.warmup}, two ranks"
+        + (f"; mpirun --mca {' '.join(FLAGS.mca)}" if FLAGS.mca else "")
+        + "\n"
+    )
+    fits = [
+        fit(link, compression, measured[link], ready["payload"][compression])
+        for link in [UNSHAPED, *rates]
+        for compression in compressions
+    ]
+    lines = [*table_lines(fits, step), "", *model_lines(ready, compressions), ""]
+    print("\n".join([*lines, *gap_lines(fits, step)]), flush=True)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+def run(rates: list[str], compressions: list[str]) -> int:
+    started = datetime.datetime.now(datetime.UTC)
+    load = os.getloadavg()
+    print(
+        f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, load average "
+        f"{load[0]:.2f} (1 min) / {load[1]:.2f} (5 min) at the start",
+        flush=True,
+    )
+    link = scaling_link.Link.for_pid(os.getpid())
+    for namespace in scaling_link.leftovers(os.getpid()):
+        print(f"  note: {namespace} is left from an earlier run: ip netns del {namespace}")
+    print("  measuring the train step alone ...", flush=True)
+    step = measure_step(FLAGS.step_seconds)
+    folder = tempfile.mkdtemp(prefix=f"{link.tag}-")
+    try:
+        print(f"  making {link.namespaces[0]} and {link.namespaces[1]} ...", flush=True)
+        scaling_link.set_up(link)
+        ready, measured = measure_links(link, rates, compressions, folder)
+    finally:
+        # A second signal must not stop the clean-up half way.
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)
+        problems = scaling_link.tear_down(link)
+        shutil.rmtree(folder, ignore_errors=True)
+        for problem in problems:
+            print(f"{_SCRIPT}: warning: {problem}", file=sys.stderr)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, _stop)
+    print(f"  removed {link.namespaces[0]} and {link.namespaces[1]}", flush=True)
+    report(ready, measured, step, rates, compressions)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        _fail(f"unexpected arguments: {' '.join(argv[1:])}", status=2)
+    try:
+        rates, compressions = checked_flags()
+        checked_mca()
+    except ValueError as error:
+        _fail(str(error), status=2)
+    missing = scaling_link.missing_tools()
+    if missing:
+        _fail(missing)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    try:
+        return run(rates, compressions)
+    except StoppedError as stopped:
+        left = set(scaling_link.Link.for_pid(os.getpid()).namespaces)
+        gone = not left & scaling_link.namespaces_present()
+        state = "the namespaces are removed" if gone else "see the warning above"
+        print(f"{_SCRIPT}: stopped by {stopped}; {state}", file=sys.stderr)
+        return 128 + stopped.signum
+    except RuntimeError as error:
+        _fail(str(error))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=_parse_flags)
