@@ -10,6 +10,8 @@ OUT_DIR/rank_<rank>.json: {scenario: {skipped_steps, unchanged, finite, sha256}}
   issue:      rank 1's behaviour logits are +-1e30 (the issue's batch): its gradients are NaN
   loss_only:  rank 1's loss alone is not finite (its gradients are): only the vote sees it
   sound:      both batches are sound
+  fp16:       both sound, the gradients sent with --gradient_compression=fp16
+  minibatches: both sound, two shuffled minibatches a pass (each rank shuffles its own way)
 """
 
 from __future__ import annotations
@@ -64,12 +66,19 @@ _compute_loss = optimise.compute_loss
 
 
 def _scenario(rank: int, name: str) -> dict:
+    config = CONFIG
+    if name == "minibatches":
+        config = LearnerConfig(batch_reuse=2, num_batches_per_epoch=2)
     tf.random.set_seed(rank)  # different initial weights: the broadcast must make them equal
     agent = networks.make_agent("MLPAgent", NUM_ACTIONS)
     networks.build_variables(agent, (OBSERVATION_SIZE,), np.float32)
     optimise.compute_loss = _loss_not_finite if name == "loss_only" and rank == 1 else _compute_loss
     trainer = optimise.Trainer(
-        agent, CONFIG, wrap_tape=allreduce.wrap_tape, every_learner=allreduce.every_learner
+        agent,
+        config,
+        wrap_tape=allreduce.tape_wrapper("fp16" if name == "fp16" else "none"),
+        every_learner=allreduce.every_learner,
+        seed=rank,
     )
     trainer.create_optimizer_slots()
     allreduce.broadcast_from_chief(list(agent.variables) + list(trainer.optimizer.variables))
@@ -88,7 +97,8 @@ def _scenario(rank: int, name: str) -> dict:
 def main() -> None:
     out_dir = sys.argv[1]
     topology = allreduce.init()
-    seen = {name: _scenario(topology.rank, name) for name in ("issue", "loss_only", "sound")}
+    names = ("issue", "loss_only", "sound", "fp16", "minibatches")
+    seen = {name: _scenario(topology.rank, name) for name in names}
     with open(os.path.join(out_dir, f"rank_{topology.rank}.json"), "w") as f:
         json.dump(seen, f)
     allreduce.wait_for_learners("written")

@@ -37,6 +37,7 @@ from impala.configs.learner import (
 )
 from impala.configs.roles import (
     DEFAULT_AGENT_NAME,
+    GRADIENT_COMPRESSIONS,
     MAX_ACTOR_THREADS,
     POLICIES,
     ActorJobConfig,
@@ -53,6 +54,7 @@ __all__ = [
     "DECLARING",
     "DEFAULT_AGENT_NAME",
     "FRAME_POOLING_CHOICES",
+    "GRADIENT_COMPRESSIONS",
     "MAX_ACTION_REPEATS",
     "MAX_ACTOR_THREADS",
     "MIN_FRAME_SKIP",

@@ -30,6 +30,8 @@ from impala.configs.learner import LearnerConfig
 DEFAULT_AGENT_NAME = "SimpleConvNetAgent"
 # TensorFlow makes the threads it is given: a typo must not ask it for millions.
 MAX_ACTOR_THREADS = 256
+# How learners send gradients to one another (`allreduce.tape_wrapper`).
+GRADIENT_COMPRESSIONS = ("none", "fp16")
 # How --mode=test picks actions: sampled from the policy, or its most likely one.
 POLICIES = ("sample", "greedy")
 
@@ -92,6 +94,13 @@ class LearnerJobConfig(_Connected):
         "Trajectories a learner queues before actors block (0: one batch, so that the learner "
         "trains on data its policy has moved little from).",
         check=non_negative(),
+    )
+    gradient_compression: str = setting(
+        "none",
+        "How learners send their gradients to one another's all-reduce: none (float32) or fp16 "
+        "(Horovod's: half the bytes, averaged in half precision; for slow links between "
+        "machines, see benchmarks/scaling.py). One learner sends nothing either way.",
+        choices=GRADIENT_COMPRESSIONS,
     )
     logdir: str = setting(
         "runs",

@@ -8,11 +8,14 @@ step. Only rank 0 writes logs meant for people.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
+
+from impala import configs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +42,23 @@ def init() -> Topology:
     return Topology(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
 
 
-def wrap_tape(tape: tf.GradientTape) -> tf.GradientTape:
-    """Makes `tape.gradient` return gradients averaged over all learners."""
+def wrap_tape(tape: tf.GradientTape, compression: str = "none") -> tf.GradientTape:
+    """Makes `tape.gradient` return gradients averaged over all learners, sent as float32
+    (`compression` "none") or float16 ("fp16": half the bytes on the wire)."""
     # Horovod: each learner's loss sums over its own batch, so the average keeps the paper's
     # per-batch scale and the learning rates need no change with the number of learners.
-    return hvd.DistributedGradientTape(tape)
+    compressor = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+    return hvd.DistributedGradientTape(tape, compression=compressor)
+
+
+def tape_wrapper(compression: str):
+    """`wrap_tape` with `compression` (`configs.GRADIENT_COMPRESSIONS`), for the Trainer."""
+    if compression not in configs.GRADIENT_COMPRESSIONS:
+        raise ValueError(
+            f"--gradient_compression={compression}: must be one of "
+            f"{', '.join(configs.GRADIENT_COMPRESSIONS)}"
+        )
+    return functools.partial(wrap_tape, compression=compression)
 
 
 def every_learner(flag: tf.Tensor) -> tf.Tensor:

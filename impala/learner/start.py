@@ -34,7 +34,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
     trainer = Trainer(
         agent,
         config.learner,
-        wrap_tape=allreduce.wrap_tape,
+        wrap_tape=allreduce.tape_wrapper(config.gradient_compression),
         every_learner=allreduce.every_learner,
         seed=config.game.seed + topology.rank,
     )

@@ -265,8 +265,14 @@ class Learner:
             4 * REPORT_SECS + 10,
             lambda: f"the learner reported no step since the attack:\n{self.log()[-3000:]}",
         )
-        time.sleep(0.5)  # its refusal line follows its step line
+        # Its refusal line follows its step line: wait for the refusals expected at least.
+        deadline = time.monotonic() + 5
         counted = self.refusals()
+        while time.monotonic() < deadline and any(
+            counted[reason] < low for reason, low in self.counted_low.items()
+        ):
+            time.sleep(0.02)
+            counted = self.refusals()
         for reason in set(counted) | set(self.counted_high):
             assert self.counted_low[reason] <= counted[reason] <= self.counted_high[reason], (
                 reason,

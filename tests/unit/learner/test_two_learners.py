@@ -14,6 +14,7 @@ from tests.helpers import ROOT
 
 @pytest.mark.slow
 def test_when_one_learners_batch_is_not_finite_both_skip_the_step_and_stay_identical(tmp_path):
+    """And with fp16 gradients or shuffled minibatches, sound batches keep them identical."""
     command = [sys.executable, "-u", "-m", "tests.two_learners_step", str(tmp_path)]
     argv = planning.mpirun_command(["localhost"] * 2, command, as_root=os.geteuid() == 0)
     completed = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -27,8 +28,12 @@ def test_when_one_learners_batch_is_not_finite_both_skip_the_step_and_stay_ident
             assert rank[scenario]["skipped_steps"] == 2, (scenario, rank)
             assert rank[scenario]["unchanged"] and rank[scenario]["finite"], (scenario, rank)
         assert first[scenario]["sha256"] == second[scenario]["sha256"]
-    # Sound batches on both: applied on both, identically.
-    for rank in (first, second):
-        assert rank["sound"]["skipped_steps"] == 0
-        assert not rank["sound"]["unchanged"] and rank["sound"]["finite"]
-    assert first["sound"]["sha256"] == second["sound"]["sha256"]
+    # Sound batches on both: applied on both, identically; so too with the gradients sent in
+    # half precision (which changes the weights a little) and in minibatches that each learner
+    # shuffles its own way (the same number of steps on every learner).
+    for scenario in ("sound", "fp16", "minibatches"):
+        for rank in (first, second):
+            assert rank[scenario]["skipped_steps"] == 0, (scenario, rank)
+            assert not rank[scenario]["unchanged"] and rank[scenario]["finite"], (scenario, rank)
+        assert first[scenario]["sha256"] == second[scenario]["sha256"], scenario
+    assert first["fp16"]["sha256"] != first["sound"]["sha256"]
