@@ -193,7 +193,9 @@ def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, o
         FLAGS.frame_skip,
         FLAGS.frame_pooling,
     )
-    agent = agent or build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
+    agent = agent or build.agent_for(
+        FLAGS.agent_name, num_actions, shape, dtype, FLAGS.compute_dtype
+    )
     inference = measure_inference(agent, shape, dtype, FLAGS.num_envs_per_actor, FLAGS.seconds)
     train = measure_train(agent, shape, dtype, config, FLAGS.seconds)
     return Stages(env, inference, train), agent, frames_per_step

@@ -3,13 +3,15 @@
   python -m benchmarks.train_stage                          # today's set-up against itself
   python -m benchmarks.train_stage \\
       --variants="batch_reuse=3,num_batches_per_epoch=2;batch_reuse=2,num_batches_per_epoch=4"
+  python -m benchmarks.train_stage --variants="compute_dtype=bfloat16"
   python -m benchmarks.train_stage --profile                # and each one's kernels
 
 The set-up is experiment.py's flags (what `make train` runs, and any given here); each variant
-changes some of the learner's settings (`LearnerConfig` fields, `name=value`, comma-separated;
-variants separated by `;`). The first row is the set-up as given. The variants are measured in
-turns, `--rounds` times each, so that a shared machine's drift falls on all of them alike, and
-each is given as a ratio to the first in the same run.
+changes some of the learner's settings (`LearnerConfig` fields, and `compute_dtype`, the
+network's precision; `name=value`, comma-separated; variants separated by `;`). The first row
+is the set-up as given. The variants are measured in turns, `--rounds` times each, so that a
+shared machine's drift falls on all of them alike, and each is given as a ratio to the first
+in the same run.
 
 Prints, per variant: the passes over each frame's data (`--batch_reuse`), optimisation steps
 per batch, the train stage in emulator frames/s of new experience and CPU seconds per batch
@@ -27,6 +29,7 @@ import os
 import statistics
 import tempfile
 import typing
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # as experiment.py's roles compute
@@ -51,28 +54,42 @@ flags.DEFINE_bool("profile", False, "Also print each variant's kernels, by op ty
 flags.DEFINE_integer("top_ops", 12, "Op types the profile lists.", lower_bound=1)
 
 
+class Variant(NamedTuple):
+    label: str
+    config: configs.LearnerConfig
+    compute_dtype: str
+
+
 def parse_variants(
-    text: str, base: configs.LearnerConfig
-) -> list[tuple[str, configs.LearnerConfig]]:
-    """The set-up, then each variant of `text`, as (label, config).
+    text: str, base: configs.LearnerConfig, compute_dtype: str = "float32"
+) -> list[Variant]:
+    """The set-up (`base`, computing in `compute_dtype`), then each variant of `text`.
 
     Raises:
       ValueError: a one-line error naming the setting or value that is wrong.
     """
     types = typing.get_type_hints(configs.LearnerConfig)
     names = {field.name for field in dataclasses.fields(configs.LearnerConfig)}
-    variants = [("as given", base)]
+    variants = [Variant("as given", base, compute_dtype)]
     for part in filter(None, (part.strip() for part in text.split(";"))):
-        changes = {}
+        changes, dtype = {}, compute_dtype
         for item in filter(None, (item.strip() for item in part.split(","))):
             name, equals, value = item.partition("=")
-            name = name.strip()
+            name, value = name.strip(), value.strip()
+            if equals and name == "compute_dtype":
+                if value not in configs.COMPUTE_DTYPES:
+                    raise ValueError(
+                        f"--variants: compute_dtype={value}: must be one of "
+                        f"{', '.join(configs.COMPUTE_DTYPES)}"
+                    )
+                dtype = value
+                continue
             if not equals or name not in names:
                 raise ValueError(
                     f"--variants: {item!r} is not name=value with a learner setting's name"
                 )
-            changes[name] = _parse(name, value.strip(), types[name])
-        variants.append((part, dataclasses.replace(base, **changes)))
+            changes[name] = _parse(name, value, types[name])
+        variants.append(Variant(part, dataclasses.replace(base, **changes), dtype))
     return variants
 
 
@@ -126,7 +143,7 @@ def main(argv):
     experiment.apply_preset()
     try:
         base = experiment.learner_config_from_flags()
-        variants = parse_variants(FLAGS.variants, base)
+        variants = parse_variants(FLAGS.variants, base, FLAGS.compute_dtype)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
     _, num_actions, shape, dtype, frames_per_step = throughput.measure_env(
@@ -138,7 +155,13 @@ def main(argv):
         FLAGS.frame_skip,
         FLAGS.frame_pooling,
     )
-    agent = build.agent_for(FLAGS.agent_name, num_actions, shape, dtype)
+    try:
+        agents = {
+            precision: build.agent_for(FLAGS.agent_name, num_actions, shape, dtype, precision)
+            for precision in {variant.compute_dtype for variant in variants}
+        }
+    except ValueError as error:
+        raise app.UsageError(str(error)) from None
     print(
         f"{FLAGS.level_name}, {FLAGS.agent_name}, {os.cpu_count()} CPUs, batch "
         f"{base.batch_size} x unroll {base.unroll_length}, {FLAGS.seconds:g} s x {FLAGS.rounds} "
@@ -146,14 +169,15 @@ def main(argv):
     )
     stages = collections.defaultdict(list)
     for _ in range(FLAGS.rounds):
-        for label, config in variants:
+        for label, config, compute_dtype in variants:
+            agent = agents[compute_dtype]
             stages[label].append(
                 throughput.measure_train(agent, shape, dtype, config, FLAGS.seconds)
             )
     steps_per_batch = base.unroll_length * base.batch_size
     first = statistics.median(stage.steps_per_second for stage in stages["as given"])
     print(f"{'variant':58s} passes  steps  frames/s  CPU s/batch  speed")
-    for label, config in variants:
+    for label, config, _ in variants:
         rate = statistics.median(stage.steps_per_second for stage in stages[label])
         cpu = statistics.median(stage.cpu_per_step for stage in stages[label])
         steps = config.batch_reuse * config.num_batches_per_epoch
@@ -162,7 +186,8 @@ def main(argv):
             f"{cpu * steps_per_batch:12.3f} {rate / first:5.2f}x"
         )
     if FLAGS.profile:
-        for label, config in variants:
+        for label, config, compute_dtype in variants:
+            agent = agents[compute_dtype]
             batch = throughput.train_batch(agent, shape, dtype, config)
             trainer = optimise.Trainer(agent, config)
             trainer.learn(batch, frames=0)  # traced before the profile

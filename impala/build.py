@@ -41,29 +41,42 @@ def game_environment(game: configs.GameConfig, num_envs: int, seed: int) -> envs
     return envs.make_environment(envs.EnvConfig.for_game(game, num_envs, seed))
 
 
-def agent(agent_name: str, env: envs.VectorEnvironment) -> networks.Agent:
-    """The network `agent_name` for `env`'s actions and observations, its variables created."""
-    return agent_for(agent_name, env.num_actions, env.observation_shape, env.observation_dtype)
+def agent(
+    agent_name: str, env: envs.VectorEnvironment, compute_dtype: str = "float32"
+) -> networks.Agent:
+    """The network `agent_name` for `env`'s actions and observations, its variables created,
+    computing in `compute_dtype` (`--compute_dtype`)."""
+    return agent_for(
+        agent_name, env.num_actions, env.observation_shape, env.observation_dtype, compute_dtype
+    )
 
 
 def agent_for(
-    agent_name: str, num_actions: int, observation_shape: tuple[int, ...], observation_dtype
+    agent_name: str,
+    num_actions: int,
+    observation_shape: tuple[int, ...],
+    observation_dtype,
+    compute_dtype: str = "float32",
 ) -> networks.Agent:
     """The network `agent_name` for these actions and observations (a checkpoint's, say), its
     variables created."""
-    built = networks.make_agent(agent_name, num_actions)
+    built = networks.make_agent(agent_name, num_actions, compute_dtype)
     networks.build_variables(built, tuple(observation_shape), observation_dtype)
     return built
 
 
 def environment_and_agent(
-    game: configs.GameConfig, agent_name: str, num_envs: int, seed: int
+    game: configs.GameConfig,
+    agent_name: str,
+    num_envs: int,
+    seed: int,
+    compute_dtype: str = "float32",
 ) -> tuple[envs.VectorEnvironment, networks.Agent]:
     """`game_environment` and `agent`; the environments are closed again if the agent cannot
     be built."""
     env = game_environment(game, num_envs, seed)
     try:
-        return env, agent(agent_name, env)
+        return env, agent(agent_name, env, compute_dtype)
     except BaseException:
         env.close()
         raise

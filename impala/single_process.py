@@ -30,7 +30,9 @@ def build(config: LocalConfig) -> tuple[envs.VectorEnvironment, networks.Agent]:
     The actor steps `batch_size` environments at once, so each unroll is one whole batch.
     """
     game = config.game
-    return environment_and_agent(game, config.agent_name, config.learner.batch_size, game.seed)
+    return environment_and_agent(
+        game, config.agent_name, config.learner.batch_size, game.seed, config.compute_dtype
+    )
 
 
 def train(

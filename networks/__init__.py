@@ -10,6 +10,7 @@ Typical use::
 
 from networks.agents import (
     AGENTS,
+    LOW_PRECISION_AGENTS,
     FeedForwardAgent,
     LSTMAgent,
     MLPAgent,
@@ -31,9 +32,12 @@ from networks.base import (
     dummy_inputs,
     make_input,
 )
+from networks.torsos import COMPUTE_DTYPES
 
 __all__ = [
     "AGENTS",
+    "COMPUTE_DTYPES",
+    "LOW_PRECISION_AGENTS",
     "Agent",
     "AgentInput",
     "AgentOutput",

@@ -8,7 +8,14 @@ import sonnet as snt
 import tensorflow as tf
 
 from networks.base import Agent, AgentInput, AgentOutput, AgentState
-from networks.torsos import DQNTorso, MLPTorso, PolicyBaselineHead, ResNetTorso, ShallowTorso
+from networks.torsos import (
+    COMPUTE_DTYPES,
+    DQNTorso,
+    MLPTorso,
+    PolicyBaselineHead,
+    ResNetTorso,
+    ShallowTorso,
+)
 
 
 def _to_tensors(nest: Any) -> Any:
@@ -32,14 +39,16 @@ class FeedForwardAgent(Agent):
     state is always `()`.
     """
 
-    def __init__(self, num_actions: int, name: str | None = None):
+    def __init__(self, num_actions: int, compute_dtype: str = "float32", name: str | None = None):
         super().__init__(num_actions, name=name)
+        self._compute_dtype = compute_dtype
         self._torso = self._make_torso()
         self._head = PolicyBaselineHead(num_actions)
 
     @abc.abstractmethod
     def _make_torso(self) -> snt.Module:
-        """Returns a module mapping observations [N, ...] to features [N, H]."""
+        """Returns a module mapping observations [N, ...] to features [N, H], computing in
+        `self._compute_dtype` if it can (`LOW_PRECISION_AGENTS`)."""
 
     def _outputs(self, inputs: AgentInput) -> AgentOutput:
         """Maps inputs with one leading dim [N, ...] to outputs [N, ...]."""
@@ -57,14 +66,14 @@ class SimpleConvNetAgent(FeedForwardAgent):
     """Nature-DQN conv torso (fc 512) with policy and baseline heads; uint8 frames in."""
 
     def _make_torso(self) -> snt.Module:
-        return DQNTorso()
+        return DQNTorso(self._compute_dtype)
 
 
 class ShallowConvNetAgent(FeedForwardAgent):
     """IMPALA shallow conv torso (fc 256) with policy and baseline heads; uint8 frames in."""
 
     def _make_torso(self) -> snt.Module:
-        return ShallowTorso()
+        return ShallowTorso(self._compute_dtype)
 
 
 class ShallowConvNetLastActionAgent(ShallowConvNetAgent):
@@ -135,8 +144,9 @@ class LSTMAgent(Agent):
     clipped reward, then policy and baseline heads. State: `snt.LSTMState`.
     """
 
-    def __init__(self, num_actions: int, name: str | None = None):
+    def __init__(self, num_actions: int, compute_dtype: str = "float32", name: str | None = None):
         super().__init__(num_actions, name=name)
+        self._compute_dtype = compute_dtype
         self._torso = self._make_torso()
         self._core = ResettingCore(snt.LSTM(256))
         self._head = PolicyBaselineHead(num_actions)
@@ -191,7 +201,7 @@ class ShallowLSTMAgent(LSTMAgent):
     """IMPALA shallow conv torso, then the LSTM core and heads (the paper's shallow agent)."""
 
     def _make_torso(self) -> snt.Module:
-        return ShallowTorso()
+        return ShallowTorso(self._compute_dtype)
 
 
 AGENTS: dict[str, type[Agent]] = {
@@ -208,11 +218,22 @@ AGENTS: dict[str, type[Agent]] = {
 }
 
 
-def make_agent(agent_name: str, num_actions: int) -> Agent:
-    """Builds the agent registered as `agent_name` (case-insensitive) in `AGENTS`.
+# The agents whose torso computes in bfloat16 if asked (`--compute_dtype`): the conv stacks.
+LOW_PRECISION_AGENTS = (
+    "SimpleConvNetAgent",
+    "ShallowConvNetAgent",
+    "ShallowConvNetLastActionAgent",
+    "ShallowLSTMAgent",
+)
+
+
+def make_agent(agent_name: str, num_actions: int, compute_dtype: str = "float32") -> Agent:
+    """Builds the agent registered as `agent_name` (case-insensitive) in `AGENTS`, its torso
+    computing in `compute_dtype` (float32 weights either way).
 
     Raises:
-        ValueError: If `agent_name` is not a key of `AGENTS` (ignoring case).
+        ValueError: If `agent_name` is not a key of `AGENTS` (ignoring case), or the agent
+          cannot compute in `compute_dtype`.
     """
     by_lower_name = {name.lower(): cls for name, cls in AGENTS.items()}
     cls = by_lower_name.get(agent_name.lower())
@@ -220,4 +241,13 @@ def make_agent(agent_name: str, num_actions: int) -> Agent:
         raise ValueError(
             f"Unknown --agent_name={agent_name!r}; valid choices: {', '.join(AGENTS)}."
         )
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"--compute_dtype={compute_dtype}: must be float32 or bfloat16")
+    if compute_dtype != "float32":
+        if cls.__name__ not in LOW_PRECISION_AGENTS:
+            raise ValueError(
+                f"--compute_dtype={compute_dtype}: {cls.__name__} computes in float32 only; "
+                f"{', '.join(LOW_PRECISION_AGENTS)} can"
+            )
+        return cls(num_actions, compute_dtype)
     return cls(num_actions)

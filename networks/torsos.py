@@ -29,21 +29,32 @@ def relu_orthogonal() -> snt.initializers.Initializer:
     return snt.initializers.Orthogonal(gain=2**0.5)
 
 
+# The precisions a conv-stack torso computes in (`--compute_dtype`); its weights are float32.
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
 class ConvStackTorso(snt.Module):
     """VALID convolutions with ReLU, then one fully connected ReLU layer.
 
-    Maps raw pixels [N, H, W, C] to features [N, hidden_size]. Weights start orthogonal with
-    gain sqrt(2) (`relu_orthogonal`), biases at 0.
+    Maps raw pixels [N, H, W, C] to features [N, hidden_size] (float32). Weights start
+    orthogonal with gain sqrt(2) (`relu_orthogonal`), biases at 0. Its weights are float32; with
+    `compute_dtype` "bfloat16" its layers compute on bfloat16 copies of them and of their inputs
+    (oneDNN's bfloat16 kernels, on CPUs that have them), their outputs cast back to float32.
     """
 
     def __init__(
         self,
         convs: tuple[tuple[int, int, int], ...],
         hidden_size: int,
+        compute_dtype: str = "float32",
         name: str | None = None,
     ):
-        """Args: convs: (channels, kernel size, stride) of each convolution, in order."""
+        """Args: convs: (channels, kernel size, stride) of each convolution, in order;
+        compute_dtype: one of `COMPUTE_DTYPES`."""
         super().__init__(name=name)
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"--compute_dtype={compute_dtype}: must be float32 or bfloat16")
+        self._compute_dtype = tf.as_dtype(compute_dtype)
         self._convs = [
             snt.Conv2D(
                 channels,
@@ -61,6 +72,34 @@ class ConvStackTorso(snt.Module):
         """Maps `observation` [N, H, W, C] (and `extra` float32 [N, E], if given, joined to the
         convolutions' flattened output before the fully connected layer) to [N, hidden_size].
         """
+        if self._compute_dtype != tf.float32:
+            return self._in_low_precision(observation, extra)
+        return self._float32_call(observation, extra)
+
+    def _in_low_precision(self, observation: tf.Tensor, extra: tf.Tensor | None) -> tf.Tensor:
+        """`__call__` computed in `self._compute_dtype` from the float32 weights."""
+        if not hasattr(self._linear, "w"):
+            # The weights are made float32, from one float32 frame, before any is cast.
+            self._float32_call(observation[:1], None if extra is None else extra[:1])
+        dtype = self._compute_dtype
+        x = tf.cast(scale_pixels(observation), dtype)
+        for conv in self._convs:
+            x = tf.nn.convolution(
+                x,
+                tf.cast(conv.w, dtype),
+                strides=conv.stride,
+                padding=conv.conv_padding,
+                dilations=conv.rate,
+                data_format=conv.data_format,
+            )
+            x = tf.nn.relu(tf.nn.bias_add(x, tf.cast(conv.b, dtype)))
+        x = snt.Flatten()(x)
+        if extra is not None:
+            x = tf.concat([x, tf.cast(extra, dtype)], axis=-1)
+        x = tf.matmul(x, tf.cast(self._linear.w, dtype)) + tf.cast(self._linear.b, dtype)
+        return tf.cast(tf.nn.relu(x), tf.float32)
+
+    def _float32_call(self, observation: tf.Tensor, extra: tf.Tensor | None) -> tf.Tensor:
         x = scale_pixels(observation)
         for conv in self._convs:
             x = tf.nn.relu(conv(x))
@@ -73,15 +112,15 @@ class ConvStackTorso(snt.Module):
 class DQNTorso(ConvStackTorso):
     """Nature-DQN torso (Mnih et al. 2015): 32c8s4, 64c4s2, 64c3s1, fc 512; [N, 512] out."""
 
-    def __init__(self, name: str | None = None):
-        super().__init__(((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, name=name)
+    def __init__(self, compute_dtype: str = "float32", name: str | None = None):
+        super().__init__(((32, 8, 4), (64, 4, 2), (64, 3, 1)), 512, compute_dtype, name=name)
 
 
 class ShallowTorso(ConvStackTorso):
     """Shallow torso of the IMPALA paper (Fig. 3 left): 16c8s4, 32c4s2, fc 256; [N, 256] out."""
 
-    def __init__(self, name: str | None = None):
-        super().__init__(((16, 8, 4), (32, 4, 2)), 256, name=name)
+    def __init__(self, compute_dtype: str = "float32", name: str | None = None):
+        super().__init__(((16, 8, 4), (32, 4, 2)), 256, compute_dtype, name=name)
 
 
 class ResidualBlock(snt.Module):

@@ -32,7 +32,7 @@ def run(config: ActorJobConfig, report: Callable[[str], None] = logging.info) ->
     game = config.game
     env_seed, sampling_seed = derived_seeds(game.seed, config.task, config.num_envs)
     with build.game_environment(game, config.num_envs, env_seed) as env:
-        agent = build.agent(config.agent_name, env)
+        agent = build.agent(config.agent_name, env, config.compute_dtype)
         spec, identity = transport.describe(
             env, agent, config.unroll_length, game.level_name, game.num_action_repeats
         )

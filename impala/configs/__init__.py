@@ -36,6 +36,7 @@ from impala.configs.learner import (
     preset_config,
 )
 from impala.configs.roles import (
+    COMPUTE_DTYPES,
     DEFAULT_AGENT_NAME,
     GRADIENT_COMPRESSIONS,
     MAX_ACTOR_THREADS,
@@ -51,6 +52,7 @@ DECLARING = (GameConfig, LearnerConfig, LearnerJobConfig, ActorJobConfig, EvalCo
 
 __all__ = [
     "ATARI_FRAME_SKIP",
+    "COMPUTE_DTYPES",
     "DECLARING",
     "DEFAULT_AGENT_NAME",
     "FRAME_POOLING_CHOICES",

@@ -30,6 +30,9 @@ from impala.configs.learner import LearnerConfig
 DEFAULT_AGENT_NAME = "SimpleConvNetAgent"
 # TensorFlow makes the threads it is given: a typo must not ask it for millions.
 MAX_ACTOR_THREADS = 256
+# The precisions a network may compute in (`networks.COMPUTE_DTYPES`; this module imports no
+# TensorFlow).
+COMPUTE_DTYPES = ("float32", "bfloat16")
 # How learners send gradients to one another (`allreduce.tape_wrapper`).
 GRADIENT_COMPRESSIONS = ("none", "fp16")
 # How --mode=test picks actions: sampled from the policy, or its most likely one.
@@ -47,6 +50,14 @@ class _Training:
         "ShallowConvNetAgent (the IMPALA paper's shallow one), ShallowConvNetLastActionAgent "
         "(the shallow one, also fed the previous action), ResNetAgent, ResNetLSTMAgent, "
         "ShallowLSTMAgent or MLPAgent (case-insensitive).",
+    )
+    compute_dtype: str = setting(
+        "float32",
+        "The precision the network's convolutions and fully connected layer compute in: "
+        "float32, or bfloat16 (from float32 weights, which stay float32; faster on CPUs with "
+        "AVX512_BF16 or AMX; the conv-stack agents only: SimpleConvNetAgent and the shallow "
+        "ones).",
+        choices=COMPUTE_DTYPES,
     )
     log_every_secs: float = 5.0  # progress lines this often (no flag: tests shorten it)
 

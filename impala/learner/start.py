@@ -125,7 +125,7 @@ def build_agent(config: LearnerJobConfig) -> tuple[EnvInfo, networks.Agent]:
             frames_per_step=env.frames_per_step,
             frame_pooling=env.frame_pooling,
         )
-        agent = build.agent(config.agent_name, env)
+        agent = build.agent(config.agent_name, env, config.compute_dtype)
     return env_info, agent
 
 

@@ -358,3 +358,41 @@ def test_dummy_inputs():
     sequence = networks.dummy_inputs(VECTOR_SHAPE, "float32", batch_size=3, time=4)
     assert all(x.shape[:2] == (4, 3) for x in sequence)
     assert sequence.observation.shape == (4, 3, *VECTOR_SHAPE)
+
+
+@pytest.mark.parametrize("agent_name", networks.LOW_PRECISION_AGENTS)
+def test_a_bfloat16_agent_keeps_float32_weights_and_computes_close_to_float32(agent_name, tmp_path):
+    """Its variables are the float32 agent's, by name, shape and dtype (a checkpoint passes
+    between them both ways); its outputs, from the same weights, are float32 and within
+    bfloat16's rounding of the float32 agent's, and not equal to them (it did compute in
+    bfloat16)."""
+    exact = built_agent(agent_name)
+    low = networks.make_agent(agent_name, NUM_ACTIONS, "bfloat16")
+    networks.build_variables(low, *observation_spec(agent_name))
+    assert [(v.name, v.shape, v.dtype) for v in low.variables] == [
+        (v.name, v.shape, v.dtype) for v in exact.variables
+    ]
+    path = tf.train.Checkpoint(agent=exact).save(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(agent=low).restore(path).assert_consumed()
+    inputs = random_inputs(agent_name, (TIME, BATCH))
+    expected, _ = exact.unroll(inputs, exact.initial_state(BATCH))
+    actual, _ = tf.function(low.unroll)(inputs, low.initial_state(BATCH))
+    assert actual.policy_logits.dtype == tf.float32 and actual.baseline.dtype == tf.float32
+    for mine, theirs in zip(actual, expected, strict=True):
+        scale = float(np.abs(theirs).max())
+        np.testing.assert_allclose(mine, theirs, atol=0.05 * scale + 1e-3)
+        assert not np.array_equal(mine, theirs)
+    with tf.GradientTape() as tape:
+        outputs, _ = low.unroll(inputs, low.initial_state(BATCH))
+        loss = tf.reduce_sum(outputs.policy_logits) + tf.reduce_sum(outputs.baseline)
+    gradients = tape.gradient(loss, low.trainable_variables)
+    assert all(g is not None and g.dtype == tf.float32 for g in gradients)
+    assert all(bool(np.isfinite(g.numpy()).all()) for g in gradients)
+
+
+@pytest.mark.parametrize("agent_name", ["MLPAgent", "ResNetAgent", "ResNetLSTMAgent"])
+def test_an_agent_without_a_bfloat16_torso_refuses_it_in_one_line(agent_name):
+    with pytest.raises(ValueError, match=f"--compute_dtype=bfloat16: {agent_name} computes in"):
+        networks.make_agent(agent_name, 3, "bfloat16")
+    with pytest.raises(ValueError, match="--compute_dtype=float16: must be float32 or bfloat16"):
+        networks.make_agent("SimpleConvNetAgent", 3, "float16")

@@ -14,17 +14,18 @@ def test_variants_change_the_named_settings_of_the_set_up():
         " batch_reuse=3, num_batches_per_epoch=2 ;; normalize_advantages=false;learning_rate=1e-3",
         base,
     )
-    assert [label for label, _ in variants] == [
+    assert [variant.label for variant in variants] == [
         "as given",
         "batch_reuse=3, num_batches_per_epoch=2",
         "normalize_advantages=false",
         "learning_rate=1e-3",
     ]
-    assert variants[0][1] is base
-    assert (variants[1][1].batch_reuse, variants[1][1].num_batches_per_epoch) == (3, 2)
-    assert variants[1][1].batch_size == 8
-    assert variants[2][1].normalize_advantages is False
-    assert variants[3][1].learning_rate == 1e-3
+    assert variants[0].config is base
+    assert (variants[1].config.batch_reuse, variants[1].config.num_batches_per_epoch) == (3, 2)
+    assert variants[1].config.batch_size == 8
+    assert variants[2].config.normalize_advantages is False
+    assert variants[3].config.learning_rate == 1e-3
+    assert {variant.compute_dtype for variant in variants} == {"float32"}
 
 
 @pytest.mark.parametrize(
@@ -59,3 +60,13 @@ def test_the_profile_names_the_kernels_that_ran_and_their_shares():
     assert all(seconds >= 0 and 0 <= share <= 1 for _, seconds, share in kernels)
     shares = sum(share for _, _, share in kernels)
     assert shares == pytest.approx(1.0) if len(kernels) < 5 else 0 < shares <= 1 + 1e-9
+
+
+def test_a_variant_may_change_the_networks_precision():
+    (base, low) = train_stage.parse_variants(
+        "compute_dtype=bfloat16, batch_reuse=2", LearnerConfig()
+    )
+    assert base.compute_dtype == "float32"
+    assert (low.compute_dtype, low.config.batch_reuse) == ("bfloat16", 2)
+    with pytest.raises(ValueError, match="compute_dtype=float16: must be one of float32"):
+        train_stage.parse_variants("compute_dtype=float16", LearnerConfig())
