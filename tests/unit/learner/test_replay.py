@@ -1,0 +1,138 @@
+"""Replay mixing in the learner (impala/learner/replay.py): the standard replay's ring buffer
+and sampling, and batches mixed in the shares --replay_parameters gives."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from impala.configs import replay as replay_config
+from impala.learner import replay
+from impala.trajectory import Steps
+from impala.transport import QueuedTrajectories
+
+T, NUM_ACTIONS = 4, 3
+
+
+def _fresh(first: int, count: int) -> QueuedTrajectories:
+    """`count` trajectories numbered `first`, ...: each one's number is in its actor task, in
+    every observation and in its core state, as the learner dequeues them (time-major)."""
+    ids = np.arange(first, first + count)
+    rng = np.random.default_rng(first)
+    shape = (T + 1, count)
+    steps = Steps(
+        prev_action=np.zeros(shape, np.int32),
+        reward=rng.normal(size=shape).astype(np.float32),
+        done=np.zeros(shape, bool),
+        observation=np.broadcast_to(ids[None, :, None, None], (*shape, 2, 2)).astype(np.uint8),
+        action=rng.integers(0, NUM_ACTIONS, shape).astype(np.int32),
+        policy_logits=rng.normal(size=(*shape, NUM_ACTIONS)).astype(np.float32),
+    )
+    return tf.nest.map_structure(
+        tf.convert_to_tensor,
+        QueuedTrajectories(
+            actor_task=ids.astype(np.int32),
+            weight_version=ids.astype(np.int64),
+            agent_state=[np.repeat(ids[:, None], 5, axis=1).astype(np.float32)],
+            steps=steps,
+        ),
+    )
+
+
+def _ids(queued: QueuedTrajectories) -> list[int]:
+    ids = np.asarray(queued.actor_task)
+    observation = np.asarray(queued.steps.observation)
+    # Every part of each trajectory is the same trajectory's.
+    np.testing.assert_array_equal(
+        observation[:, :, 0, 0], np.broadcast_to(ids, observation.shape[:2])
+    )
+    np.testing.assert_array_equal(np.asarray(queued.agent_state[0])[:, 0], ids)
+    np.testing.assert_array_equal(np.asarray(queued.weight_version), ids)
+    return ids.tolist()
+
+
+def test_a_standard_replay_keeps_the_newest_and_samples_each_once_a_call():
+    store = replay.StandardReplay(capacity=5, seed=1)
+    store.add(_fresh(0, 3))
+    assert store.size == 3
+    assert sorted(_ids(store.sample(3))) == [0, 1, 2]
+    store.add(_fresh(3, 4))  # 7 added: 0 and 1 replaced
+    assert store.size == 5
+    seen = set()
+    for _ in range(30):
+        ids = _ids(store.sample(2))
+        assert len(set(ids)) == 2
+        seen.update(ids)
+    assert seen == {2, 3, 4, 5, 6}
+    counts = store.times_sampled()
+    # 60 draws, and trajectory 2's from the first call (the others drawn then are replaced).
+    assert counts.sum() == 61 and (counts > 0).all()
+    store.add(_fresh(7, 1))  # replaces 2, whose count starts again
+    assert 2 not in _ids(store.sample(5))
+    with pytest.raises(ValueError, match="cannot sample 6 of 5 stored trajectories"):
+        store.sample(6)
+
+
+def test_a_replayed_trajectory_is_the_one_stored_field_for_field():
+    store = replay.StandardReplay(capacity=4)
+    fresh = _fresh(10, 4)
+    store.add(fresh)
+    sampled = store.sample(4)
+    order = np.argsort(np.asarray(sampled.actor_task))
+    for mine, theirs in zip(sampled.steps, fresh.steps, strict=True):
+        np.testing.assert_array_equal(np.asarray(mine)[:, order], np.asarray(theirs))
+    assert replay.StandardReplay.bytes_at_capacity(1000, fresh) == 1000 * (
+        4 + 8 + 5 * 4 + (T + 1) * (4 + 4 + 1 + 4 + 4 + 4 * NUM_ACTIONS)
+    )
+
+
+def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
+    replays = replay_config.parse(
+        '[{"type": "queue", "capacity": 1, "sample_ratio": 0.25},'
+        ' {"type": "standard", "capacity": 100, "sample_ratio": 0.75}]'
+    )
+    mixer = replay.Mixer(replays, batch_size=8, seed=3)
+    assert mixer.fresh_share == 2
+    # The replay is empty: the first batch is all fresh, and then stored.
+    assert mixer.fresh_needed() == 8
+    first = mixer.mix(_fresh(0, 8))
+    assert _ids(first) == list(range(8)) and mixer.replayed_last == 0
+    # From now on 2 fresh and 6 replayed, the replayed ones from what was stored before.
+    next_id = 8
+    for _ in range(5):
+        assert mixer.fresh_needed() == 2
+        batch = mixer.mix(_fresh(next_id, 2))
+        ids = _ids(batch)
+        assert len(ids) == 8 and ids[:2] == [next_id, next_id + 1]
+        assert all(i < next_id for i in ids[2:]) and len(set(ids[2:])) == 6
+        assert mixer.replayed_last == 6
+        assert isinstance(batch.steps.observation, tf.Tensor)
+        next_id += 2
+    ((_, _, store),) = mixer.replays
+    assert store.size == next_id
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '[{"type": "standard", "capacity": 9, "sample_ratio": 1}]',
+            "needs exactly one queue replay, where the actors' trajectories come in; this list "
+            "has 0",
+        ),
+        (
+            '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+            ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]',
+            "this list has 2",
+        ),
+        (
+            '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+            ' {"type": "custom", "capacity": 9, "sample_ratio": 0.5, "dist_function": "ln_norm",'
+            ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2,'
+            ' "alfa_annealing_factor": 1}]',
+            "custom replays are not built yet; queue and standard are",
+        ),
+    ],
+)
+def test_a_mix_the_learner_cannot_make_is_refused_in_one_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        replay.Mixer(replay_config.parse(text), batch_size=8)
