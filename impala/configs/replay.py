@@ -174,6 +174,23 @@ def _choice(where: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
     return value.lower()
 
 
+def check_buildable(replays: tuple[Replay, ...]) -> None:
+    """Raises the one-line ValueError of a mix the learner cannot make: it needs exactly one
+    queue (where the actors' trajectories come in), and custom replays are not built yet."""
+    queues = sum(replay.type == "queue" for replay in replays)
+    if queues != 1:
+        raise ValueError(
+            f"{FLAG}: needs exactly one queue replay, where the actors' trajectories come in; "
+            f"this list has {queues}"
+        )
+    for index, replay in enumerate(replays, start=1):
+        if replay.type == "custom":
+            raise ValueError(
+                f"{FLAG}: replay {index} (custom): elite sampling is not built yet; queue and "
+                "standard replays are"
+            )
+
+
 def batch_shares(replays: tuple[Replay, ...], batch_size: int) -> tuple[int, ...]:
     """Trajectories each replay gives a batch of `batch_size`: ratio x batch_size rounded
     down, then the rest one each to the largest remainders (the earlier replay on a tie).

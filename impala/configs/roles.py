@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from impala import run_folder
+from impala.configs import replay
 from impala.configs.addresses import check_learner_hosts
 from impala.configs.declare import (
     at_least,
@@ -106,6 +107,16 @@ class LearnerJobConfig(_Connected):
         "trains on data its policy has moved little from).",
         check=non_negative(),
     )
+    replay_parameters: str = setting(
+        "",
+        'Replays each batch mixes, as a JSON list, e.g. \'[{"type": "queue", "capacity": 1, '
+        '"sample_ratio": 0.5}, {"type": "standard", "capacity": 1000, '
+        "\"sample_ratio\": 0.5}]': one queue (the actors' fresh trajectories; its capacity in "
+        "batches of its share) and standard replays (uniform, capacity in trajectories), each "
+        "giving its sample_ratio of every batch; see impala/configs/replay.py. '': every batch "
+        "fresh from the queue.",
+        check=lambda name, value: replay.parse(value) and None,
+    )
     gradient_compression: str = setting(
         "none",
         "How learners send their gradients to one another's all-reduce: none (float32) or fp16 "
@@ -153,6 +164,11 @@ class LearnerJobConfig(_Connected):
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
 
+    @property
+    def replays(self) -> tuple[replay.Replay, ...]:
+        """`--replay_parameters` read; () without it."""
+        return replay.parse(self.replay_parameters)
+
     def __post_init__(self):
         check_settings(self)
         if not (self.secret_file or self.logdir):
@@ -160,6 +176,14 @@ class LearnerJobConfig(_Connected):
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
             )
         batch_size = self.learner.batch_size
+        if self.replays:
+            replay.check_buildable(self.replays)
+            replay.batch_shares(self.replays, batch_size)
+            if self.queue_capacity:
+                raise ValueError(
+                    f"--queue_capacity={self.queue_capacity}: with --replay_parameters the "
+                    "queue's capacity is its entry's; leave --queue_capacity at 0"
+                )
         if not (self.queue_capacity == 0 or self.queue_capacity >= batch_size):
             raise ValueError(
                 f"--queue_capacity={self.queue_capacity}: must be 0 or at least "

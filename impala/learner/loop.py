@@ -51,9 +51,6 @@ def run(config: LearnerJobConfig, report: Callable[[str], None] = logging.info) 
 def _train(learning: Learning) -> Progress:
     """Takes steps until the frame budget is spent or the learners are asked to stop."""
     config, counters = learning.config, learning.counters
-    frames_per_step_all_learners = (
-        config.learner.batch_size * learning.frames_per_trajectory * learning.topology.size
-    )
     progress = Progress(config.learner.total_environment_frames, start_frames=learning.start_frames)
     next_report = time.monotonic()  # the first step is reported at once, then every few seconds
     while not progress.done:
@@ -67,7 +64,9 @@ def _train(learning: Learning) -> Progress:
         stats = learning.trainer.learn(steps.to_batch(queued, learning.agent), progress.frames)
         trained = time.monotonic() - train_started
         _publish(learning, queued, stats)
-        progress.add_frames(frames_per_step_all_learners)
+        # The environment frames the actors played for this step: its fresh trajectories on
+        # every learner (replayed ones were counted when they came).
+        progress.add_frames(int(learners.fresh.sum()) * learning.frames_per_trajectory)
         counters.end_step(progress.frames)
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
         _record_episodes(learning, progress)
@@ -88,7 +87,8 @@ def _publish(learning: Learning, queued, stats: dict) -> None:
     reports.count_skipped(learning, stats["skipped_steps"])
     learning.saver.record_published(counters.version)
     learning.service.publish_weights(counters.version)
-    counters.trajectories_by_actor.update(queued.actor_task.numpy().tolist())
+    fresh = steps.fresh_count(learning, queued)
+    counters.trajectories_by_actor.update(np.asarray(queued.actor_task)[:fresh].tolist())
 
 
 def _record_episodes(learning: Learning, progress: Progress) -> None:

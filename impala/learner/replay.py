@@ -105,25 +105,15 @@ class Mixer:
     """
 
     def __init__(self, replays: tuple[replay_config.Replay, ...], batch_size: int, seed: int = 0):
-        queues = [index for index, replay in enumerate(replays) if replay.type == "queue"]
-        if len(queues) != 1:
-            raise ValueError(
-                f"{replay_config.FLAG}: needs exactly one queue replay, where the actors' "
-                f"trajectories come in; this list has {len(queues)}"
-            )
+        replay_config.check_buildable(replays)
         shares = replay_config.batch_shares(replays, batch_size)
-        self.fresh_share = shares[queues[0]]
+        (queue,) = [index for index, replay in enumerate(replays) if replay.type == "queue"]
+        self.fresh_share = shares[queue]
         self.replays = [
             (spec, share, StandardReplay(spec.capacity, seed + index))
             for index, (spec, share) in enumerate(zip(replays, shares, strict=True))
             if spec.type != "queue"
         ]
-        for spec, _, _ in self.replays:
-            if spec.type != "standard":
-                raise ValueError(
-                    f"{replay_config.FLAG}: {spec.type} replays are not built yet; queue and "
-                    "standard are"
-                )
         self.replayed_last = 0  # trajectories the last batch took from replays
 
     def fresh_needed(self) -> int:

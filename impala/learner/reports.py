@@ -47,7 +47,7 @@ def report_progress(
         f"grad norm {stats['gradient_norm']:.2f}{skipped_text(counters)} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
         f"(clipped {stats['clipped_fraction']:.0%}) | "
-        f"queue {service.queue_size}/{service.queue_capacity} | "
+        f"queue {service.queue_size}/{service.queue_capacity}{replay_text(learning)} | "
         f"actors {int(learners.actors.sum())} (back {int(learners.reconnections.sum())}x)"
     )
     summaries = learning.summaries
@@ -67,8 +67,28 @@ def report_progress(
         frames_received=learners.trajectories_received * learning.frames_per_trajectory,
         actor_reconnections=learners.reconnections,
     )
+    if learning.mixer:
+        summaries.replays(progress.frames, learning.mixer)
     summaries.weights(progress.frames, learning.agent.variables)
     summaries.flush()
+
+
+def replay_text(learning: Learning) -> str:
+    """The progress line's replays, with --replay_parameters: each one's fill and how often
+    its trajectories were sampled on average, and how much of the last batch was replayed."""
+    mixer = learning.mixer
+    if mixer is None:
+        return ""
+    parts = [
+        f"{spec.type} {store.size}/{store.capacity} (sampled {_mean(store.times_sampled()):.1f}x)"
+        for spec, _, store in mixer.replays
+    ]
+    batch_size = learning.config.learner.batch_size
+    return f" | replayed {mixer.replayed_last}/{batch_size}: " + ", ".join(parts)
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
 
 
 def skipped_text(counters: Counters) -> str:

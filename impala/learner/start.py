@@ -7,6 +7,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 
 import networks
@@ -14,6 +15,7 @@ from impala import build, run_secret, run_tls, transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
+from impala.learner.replay import Mixer
 from impala.learner.state import Counters, EnvInfo, Learning
 from impala.learner.summaries import Summaries
 
@@ -64,6 +66,11 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
         # saved flags as they were.
         saving.save_flags(run_dir, config.flag_values, chief_report)
+    mixer, queue_capacity = None, config.queue_capacity or config.learner.batch_size
+    if config.replays:
+        mixer = Mixer(config.replays, config.learner.batch_size, config.game.seed + topology.rank)
+        queue_capacity = _replay_queue_capacity(config, mixer)
+        _check_replay_memory(config, mixer, spec, chief_report)
     # Looked up here, not imported: tests wrap the service class (tests/recording_learner.py).
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
@@ -72,7 +79,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         variables=list(agent.variables),
         learner_index=topology.rank,
         num_learners=topology.size,
-        queue_capacity=config.queue_capacity or config.learner.batch_size,
+        queue_capacity=queue_capacity,
         secret=secret,
         tls=tls,
     )
@@ -110,7 +117,58 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         run_dir=run_dir,
         start_frames=start_frames,
         resumed_from=resumed_from,
+        mixer=mixer,
     )
+
+
+def _replay_queue_capacity(config: LearnerJobConfig, mixer: Mixer) -> int:
+    """The queue's capacity with replays: its entry's capacity in batches of its share, and at
+    least one whole batch, which the first batches (all fresh, until the replays hold their
+    shares) take from it."""
+    (queue,) = [replay for replay in config.replays if replay.type == "queue"]
+    return max(config.learner.batch_size, queue.capacity * mixer.fresh_share)
+
+
+def _check_replay_memory(
+    config: LearnerJobConfig, mixer: Mixer, spec, report: Callable[[str], None]
+) -> None:
+    """Says what each learner's replays hold at capacity; refuses, in one line, replays that do
+    not fit in the memory this machine has free (each learner keeps its own)."""
+    per_trajectory = sum(
+        s.dtype.size * int(np.prod(s.shape, dtype=np.int64)) for s in spec.queue_specs()
+    )
+    parts, total = [], 0
+    for spec_of_replay, share, store in mixer.replays:
+        size = store.capacity * per_trajectory
+        total += size
+        parts.append(
+            f"{spec_of_replay.type} of {store.capacity} trajectories ({size / 2**20:,.0f} MiB at "
+            f"capacity) gives {share}"
+        )
+    report(
+        f"replays: the queue gives {mixer.fresh_share} of each batch of "
+        f"{config.learner.batch_size} fresh trajectories; " + "; ".join(parts) + "; resumed "
+        "runs start with empty replays"
+    )
+    available = _memory_available()
+    if available is not None and total > available:
+        raise ValueError(
+            f"--replay_parameters: the replays would hold {total / 2**30:.1f} GiB at capacity, "
+            f"more than the {available / 2**30:.1f} GiB this machine has free; lower their "
+            "capacities"
+        )
+
+
+def _memory_available() -> int | None:
+    """Bytes of memory free for new allocations (Linux's MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def build_agent(config: LearnerJobConfig) -> tuple[EnvInfo, networks.Agent]:

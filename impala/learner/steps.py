@@ -21,13 +21,14 @@ from impala.trajectory import MAX_ABS_EPISODE_RETURN, Batch
 def wait_for_batch(
     learning: Learning, stop: threading.Event
 ) -> transport.QueuedTrajectories | None:
-    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None).
+    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None). With
+    replays, dequeues the fresh trajectories the batch needs and mixes in the replayed ones.
 
     A learner whose actors are gone says so once (not only the chief: a learner without data
     stalls every learner), keeps waiting for them, and says when data flows again.
     """
-    service, topology = learning.service, learning.topology
-    batch_size = learning.config.learner.batch_size
+    service, topology, mixer = learning.service, learning.topology, learning.mixer
+    batch_size = mixer.fresh_needed() if mixer else learning.config.learner.batch_size
     started = time.monotonic()
     warned = False
     received = service.trajectories_received
@@ -54,7 +55,15 @@ def wait_for_batch(
             service.trajectories_received - received,
             time.monotonic() - started,
         )
-    return service.dequeue(batch_size)
+    queued = service.dequeue(batch_size)
+    return mixer.mix(queued) if mixer else queued
+
+
+def fresh_count(learning: Learning, queued: transport.QueuedTrajectories) -> int:
+    """How many of a batch's trajectories came from actors for it (a mixed batch's first ones)
+    rather than from a replay."""
+    replayed = learning.mixer.replayed_last if learning.mixer else 0
+    return len(queued.actor_task) - replayed
 
 
 def to_batch(queued: transport.QueuedTrajectories, agent: networks.Agent) -> Batch:
@@ -72,6 +81,7 @@ class LearnerStates(NamedTuple):
     policy_lag: np.ndarray  # weight versions between acting and learning, batch mean
     actors: np.ndarray  # actor tasks that have connected since the learner started
     reconnections: np.ndarray  # connections beyond each task's first: restarted actors
+    fresh: np.ndarray  # trajectories of the batch that came from actors, not from a replay
 
 
 def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
@@ -84,9 +94,12 @@ def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
     """
     service = learning.service
     stop = stop or queued is None
-    lag = np.nan
+    lag, fresh = np.nan, 0
     if queued is not None:
-        lag = learning.counters.version - float(np.mean(queued.weight_version.numpy()))
+        # The lag is the fresh trajectories', the actors'.
+        fresh = fresh_count(learning, queued)
+        versions = np.asarray(queued.weight_version)[:fresh]
+        lag = learning.counters.version - float(np.mean(versions))
     connections = service.connections
     own = [
         [
@@ -96,6 +109,7 @@ def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
             lag,
             len(connections),
             sum(connections.values()) - len(connections),
+            fresh,
         ]
     ]
     states = allreduce.gather_from_learners(np.asarray(own, np.float64), "learner_states")

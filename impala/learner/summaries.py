@@ -110,6 +110,21 @@ class Summaries:
                 tf.summary.scalar(f"learner_{rank}/frames_received", received)
                 tf.summary.scalar(f"learner_{rank}/actor_reconnections", back)
 
+    def replays(self, frames: int, mixer) -> None:
+        """With --replay_parameters: the share of the last batch that was replayed, and each
+        replay's fill and how often its stored trajectories were sampled (mean and maximum)."""
+        batch_size = mixer.fresh_share + sum(share for _, share, _ in mixer.replays)
+        with self._writer.as_default(step=frames):
+            tf.summary.scalar("replay/replayed_share", mixer.replayed_last / batch_size)
+            for index, (spec, _, store) in enumerate(mixer.replays, start=1):
+                sampled = store.times_sampled()
+                tag = f"replay/{index}_{spec.type}"
+                tf.summary.scalar(f"{tag}/fill", store.size / store.capacity)
+                tf.summary.scalar(
+                    f"{tag}/times_sampled_mean", sampled.mean() if len(sampled) else 0
+                )
+                tf.summary.scalar(f"{tag}/times_sampled_max", sampled.max() if len(sampled) else 0)
+
     def weights(self, frames: int, variables: Iterable[tf.Variable]) -> None:
         """Histograms of every weight, if this run asked for them."""
         if not self._histograms:

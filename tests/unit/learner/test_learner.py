@@ -727,12 +727,39 @@ def test_adam_is_a_choice_and_batch_reuse_takes_that_many_steps():
         ("repeat_action_probability", 1.0, "--repeat_action_probability=1.0: must be a number"),
         ("frame_skip", True, "--frame_skip=True: must be 0 (the default: 4, DeepMind's) or"),
         ("frame_pooling", "", "--frame_pooling='': must be one of max, last (max: the maximum"),
+        ("replay_parameters", "[", "--replay_parameters: not JSON (Expecting value at"),
+        (
+            "replay_parameters",
+            '[{"type": "standard", "capacity": 9, "sample_ratio": 1}]',
+            "--replay_parameters: needs exactly one queue replay",
+        ),
+        (
+            "replay_parameters",
+            '[{"type": "queue", "capacity": 1, "sample_ratio": 0.99},'
+            ' {"type": "standard", "capacity": 9, "sample_ratio": 0.01}]',
+            "--replay_parameters: replay 2 (standard): a sample_ratio of 0.01 gives no "
+            "trajectory of a batch of 16",
+        ),
     ],
 )
 def test_a_learner_refuses_its_job_flags_in_the_launchers_line(field, value, message):
     # The learner's own check, for a learner started by hand: the launchers give the same line.
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         _learner_job(**{field: value})
+
+
+def test_with_replays_the_queues_capacity_is_its_entrys():
+    replays = (
+        '[{"type": "queue", "capacity": 3, "sample_ratio": 0.25},'
+        ' {"type": "standard", "capacity": 9, "sample_ratio": 0.75}]'
+    )
+    assert [r.type for r in _learner_job(replay_parameters=replays).replays] == [
+        "queue",
+        "standard",
+    ]
+    assert _learner_job().replays == ()
+    with pytest.raises(ValueError, match=r"^--queue_capacity=32: with --replay_parameters the"):
+        _learner_job(replay_parameters=replays, queue_capacity=32)
 
 
 _GAME_SETTINGS = {field.name for field in dataclasses.fields(GameConfig)}

@@ -129,7 +129,7 @@ def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
             ' {"type": "custom", "capacity": 9, "sample_ratio": 0.5, "dist_function": "ln_norm",'
             ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2,'
             ' "alfa_annealing_factor": 1}]',
-            "custom replays are not built yet; queue and standard are",
+            r"replay 2 \(custom\): elite sampling is not built yet; queue and standard replays are",
         ),
     ],
 )

@@ -1,0 +1,68 @@
+"""Replay mixing through the distributed path (run_local.py: a learner and an actor over gRPC):
+the batches' shares, the frames counted, what the learner says about its replays."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from tests.helpers import ROOT
+
+MIX = (
+    '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+    ' {"type": "standard", "capacity": 64, "sample_ratio": 0.5}]'
+)
+
+
+@pytest.mark.slow
+def test_half_replayed_batches_count_only_their_fresh_frames(tmp_path):
+    runs = tmp_path / "runs"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "tests.without_ml_stack",
+            "run_local.py",
+            f"--logdir={runs}",
+            "--experiment=replay",
+            "--num_actors=1",
+            "--level_name=impala/Catch-v0",
+            "--agent_name=ShallowConvNetAgent",
+            "--batch_size=8",
+            "--unroll_length=10",
+            "--num_envs_per_actor=8",
+            "--total_environment_frames=4000",
+            f"--replay_parameters={MIX}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output[-3000:]
+    run_dir = runs / "replay"
+    summary = json.loads((run_dir / "learner_0.json").read_text())
+    # 4,000 frames are 400 fresh trajectories of 10 frames: the first batch all 8 fresh (the
+    # replay empty), then 4 fresh and 4 replayed a step, so 1 + 392 / 4 = 99 steps.
+    assert summary["frames"] == 4000
+    assert sum(summary["trajectories_by_actor"].values()) == 400
+    assert summary["steps"] == 99
+    log = (run_dir / "learners.log").read_text()
+    assert (
+        "replays: the queue gives 4 of each batch of 8 fresh trajectories; standard of 64 "
+        "trajectories (" in log
+    )
+    assert "replayed 4/8: standard 64/64 (sampled " in log
+    (events,) = [name for name in os.listdir(run_dir) if name.startswith("events.")]
+    tags = {
+        value.tag
+        for event in tf.compat.v1.train.summary_iterator(str(run_dir / events))
+        for value in event.summary.value
+    }
+    assert {"replay/replayed_share", "replay/1_standard/fill"} <= tags
+    assert "replay/1_standard/times_sampled_mean" in tags
