@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import vtrace
 from impala.configs import replay as replay_config
 from impala.learner import replay
 from impala.trajectory import Steps
@@ -136,3 +137,46 @@ def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
 def test_a_mix_the_learner_cannot_make_is_refused_in_one_line(text, message):
     with pytest.raises(ValueError, match=message):
         replay.Mixer(replay_config.parse(text), batch_size=8)
+
+
+def _log_softmax(logits):
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def test_a_replayed_trajectory_is_corrected_with_its_own_behaviour_policy():
+    """V-trace's importance weights of a replayed trajectory are pi / mu with mu the policy
+    that acted when it came fresh (its stored logits), pi the learner's policy now: computed
+    here from the trajectory as it first came, not from the batch."""
+    replays = replay_config.parse(
+        '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+        ' {"type": "standard", "capacity": 8, "sample_ratio": 0.5}]'
+    )
+    mixer = replay.Mixer(replays, batch_size=4, seed=0)
+    first = _fresh(0, 4)
+    mixer.mix(first)
+    batch = mixer.mix(_fresh(4, 2))
+    ids = _ids(batch)
+    assert ids[:2] == [4, 5] and all(i < 4 for i in ids[2:])
+    # The learner's policy now: any logits other than the behaviour's.
+    rng = np.random.default_rng(7)
+    target = rng.normal(size=(T, 4, NUM_ACTIONS)).astype(np.float32)
+    steps = batch.steps
+    returns = vtrace.from_logits(
+        behaviour_policy_logits=steps.policy_logits[:-1],
+        target_policy_logits=target,
+        actions=steps.action[:-1],
+        discounts=tf.fill([T, 4], 0.99),
+        rewards=steps.reward[1:],
+        values=tf.zeros([T, 4]),
+        bootstrap_value=tf.zeros([4]),
+    )
+    for column in (2, 3):
+        trajectory = ids[column]
+        mu = np.asarray(first.steps.policy_logits)[:-1, trajectory]
+        actions = np.asarray(first.steps.action)[:-1, trajectory]
+        expected = (
+            np.take_along_axis(_log_softmax(target[:, column]), actions[:, None], 1)
+            - np.take_along_axis(_log_softmax(mu), actions[:, None], 1)
+        )[:, 0]
+        np.testing.assert_allclose(returns.log_rhos[:, column], expected, rtol=1e-5, atol=1e-5)
