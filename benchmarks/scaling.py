@@ -13,7 +13,7 @@ it is removed at the end, also after an error, Ctrl-C or SIGTERM.
 
 What it measures:
   step      the learner's train step alone on this machine, one learner, default config
-            (`benchmarks.throughput.measure_train`: the same `Trainer`, no Horovod), in seconds
+            (`benchmarks.stages.measure_train`: the same `Trainer`, no Horovod), in seconds
             per optimisation step (each batch takes --batch_reuse x --num_batches_per_epoch);
   all-reduce  two Horovod ranks, one per namespace, each building the learner's network (the
             default: what `make train` trains on Pong) and all-reducing float32 tensors of
@@ -273,14 +273,14 @@ class StepCompute:
 def measure_step(seconds: float) -> StepCompute:
     """One learner's train step with the default config, on this machine, without Horovod."""
     # TensorFlow loads here: a bad flag or a missing tool is reported before it.
-    from benchmarks import throughput
+    from benchmarks import stages
     from impala import configs
     from impala.learner import start
 
     job = configs.LearnerJobConfig()
     env_info, agent = start.build_agent(job)
     config = job.learner
-    stage = throughput.measure_train(
+    stage = stages.measure_train(
         agent, env_info.observation_shape, env_info.observation_dtype, config, seconds
     )
     steps_per_batch = config.batch_reuse * config.num_batches_per_epoch

@@ -38,7 +38,7 @@ import tensorflow as tf
 from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
-from benchmarks import throughput
+from benchmarks import stages
 from impala import build, configs
 from impala.learner import optimise
 
@@ -146,7 +146,7 @@ def main(argv):
         variants = parse_variants(FLAGS.variants, base, FLAGS.compute_dtype)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
-    _, num_actions, shape, dtype, frames_per_step = throughput.measure_env(
+    _, num_actions, shape, dtype, frames_per_step = stages.measure_env(
         FLAGS.level_name,
         1,
         FLAGS.num_action_repeats,
@@ -167,19 +167,17 @@ def main(argv):
         f"{base.batch_size} x unroll {base.unroll_length}, {FLAGS.seconds:g} s x {FLAGS.rounds} "
         "rounds per variant"
     )
-    stages = collections.defaultdict(list)
+    measured = collections.defaultdict(list)
     for _ in range(FLAGS.rounds):
         for label, config, compute_dtype in variants:
             agent = agents[compute_dtype]
-            stages[label].append(
-                throughput.measure_train(agent, shape, dtype, config, FLAGS.seconds)
-            )
+            measured[label].append(stages.measure_train(agent, shape, dtype, config, FLAGS.seconds))
     steps_per_batch = base.unroll_length * base.batch_size
-    first = statistics.median(stage.steps_per_second for stage in stages["as given"])
+    first = statistics.median(stage.steps_per_second for stage in measured["as given"])
     print(f"{'variant':58s} passes  steps  frames/s  CPU s/batch  speed")
     for label, config, _ in variants:
-        rate = statistics.median(stage.steps_per_second for stage in stages[label])
-        cpu = statistics.median(stage.cpu_per_step for stage in stages[label])
+        rate = statistics.median(stage.steps_per_second for stage in measured[label])
+        cpu = statistics.median(stage.cpu_per_step for stage in measured[label])
         steps = config.batch_reuse * config.num_batches_per_epoch
         print(
             f"{label:58s} {config.batch_reuse:6d} {steps:6d} {rate * frames_per_step:9,.0f} "
@@ -188,7 +186,7 @@ def main(argv):
     if FLAGS.profile:
         for label, config, compute_dtype in variants:
             agent = agents[compute_dtype]
-            batch = throughput.train_batch(agent, shape, dtype, config)
+            batch = stages.train_batch(agent, shape, dtype, config)
             trainer = optimise.Trainer(agent, config)
             trainer.learn(batch, frames=0)  # traced before the profile
             print(f"\nkernels of one batch, {label}:")

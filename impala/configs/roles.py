@@ -109,12 +109,11 @@ class LearnerJobConfig(_Connected):
     )
     replay_parameters: str = setting(
         "",
-        'Replays each batch mixes, as a JSON list, e.g. \'[{"type": "queue", "capacity": 1, '
+        'Replays each batch mixes, a JSON list: \'[{"type": "queue", "capacity": 1, '
         '"sample_ratio": 0.5}, {"type": "standard", "capacity": 1000, '
-        "\"sample_ratio\": 0.5}]': one queue (the actors' fresh trajectories; its capacity in "
-        "batches of its share) and standard replays (uniform, capacity in trajectories), each "
-        "giving its sample_ratio of every batch; see impala/configs/replay.py. '': every batch "
-        "fresh from the queue.",
+        '"sample_ratio": 0.5}]\' (one queue of fresh trajectories, capacity in batches of its '
+        "share; standard: uniform, capacity in trajectories; impala/configs/replay.py). '': all "
+        "fresh.",
         check=lambda name, value: replay.parse(value) and None,
     )
     gradient_compression: str = setting(
