@@ -79,6 +79,10 @@ def _define(field: dataclasses.Field, field_type: Any) -> None:
         raise TypeError(f"{field.name}: no flag type for {field_type}")
 
 
+# Where flag aliases are registered (no such module): `flag_values` leaves them out.
+_ALIASES_MODULE = "impala.flags.aliases"
+
+
 def _define_declared_flags() -> None:
     """One flag per declared field of `configs.DECLARING`; a field that several configs inherit
     is one flag."""
@@ -93,6 +97,10 @@ def _define_declared_flags() -> None:
                 continue
             _define(field, types[field.name])
             defined[name] = field
+            for alias in field.metadata["aliases"]:
+                # Registered under another module's name: a run's flags.json and the flags
+                # launchers forward hold the flag's own name only (the alias sets its value).
+                flags.DEFINE_alias(alias, name, module_name=_ALIASES_MODULE)
 
 
 _define_declared_flags()

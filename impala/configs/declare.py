@@ -30,6 +30,7 @@ def setting(
     choices: Sequence[str] = (),
     flag: str = "",
     frames: bool = False,
+    aliases: Sequence[str] = (),
 ) -> Any:
     """A config field that is also an experiment.py flag.
 
@@ -42,6 +43,8 @@ def setting(
       flag: the flag's name, where it is not the field's.
       frames: a count of emulator frames: an int field whose flag takes a float, so that 10e6
         is accepted (a whole number only).
+      aliases: other names its flag answers to, where users of another system know it by
+        another (Sample Factory's --num_epochs for --batch_reuse).
     """
     metadata = {
         "help": help,
@@ -49,6 +52,7 @@ def setting(
         "choices": tuple(choices),
         "flag": flag,
         "frames": frames,
+        "aliases": tuple(aliases),
     }
     return dataclasses.field(default=default, metadata=metadata)
 

@@ -35,8 +35,9 @@ class LearnerConfig:
         6,
         "Passes (epochs) the learner makes over each batch, each of --num_batches_per_epoch "
         "optimisation steps (V-trace corrects for the policy having moved); Sample Factory's "
-        "--num_epochs.",
+        "--num_epochs, which is accepted too.",
         check=at_least(1),
+        aliases=("num_epochs",),
     )
     num_batches_per_epoch: int = setting(
         1,

@@ -93,3 +93,17 @@ def test_without_the_flag_there_are_no_sticky_actions():
         experiment.apply_preset()
         assert experiment.local_config_from_flags().game.repeat_action_probability == 0.0
         assert experiment.local_config_from_flags().game.frame_skip == 0  # Atari's 4
+
+
+def test_sample_factorys_num_epochs_is_batch_reuse_under_its_name():
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", "--num_epochs=3", "--num_batches_per_epoch=2"])
+        experiment.apply_preset()
+        config = experiment.learner_config_from_flags()
+        given = experiment.flag_values(only_given=True)
+        saved = experiment.flag_values()
+    assert (config.batch_reuse, config.num_batches_per_epoch) == (3, 2)
+    # What launchers forward and a run's flags.json keep: the flag's own name only.
+    assert given == {"batch_reuse": 3, "num_batches_per_epoch": 2}
+    assert "num_epochs" not in saved and saved["batch_reuse"] == 3
