@@ -176,19 +176,13 @@ def _choice(where: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
 
 def check_buildable(replays: tuple[Replay, ...]) -> None:
     """Raises the one-line ValueError of a mix the learner cannot make: it needs exactly one
-    queue (where the actors' trajectories come in), and custom replays are not built yet."""
+    queue, where the actors' trajectories come in."""
     queues = sum(replay.type == "queue" for replay in replays)
     if queues != 1:
         raise ValueError(
             f"{FLAG}: needs exactly one queue replay, where the actors' trajectories come in; "
             f"this list has {queues}"
         )
-    for index, replay in enumerate(replays, start=1):
-        if replay.type == "custom":
-            raise ValueError(
-                f"{FLAG}: replay {index} (custom): elite sampling is not built yet; queue and "
-                "standard replays are"
-            )
 
 
 def batch_shares(replays: tuple[Replay, ...], batch_size: int) -> tuple[int, ...]:

@@ -112,7 +112,7 @@ class LearnerJobConfig(_Connected):
         'Replays each batch mixes, a JSON list: \'[{"type": "queue", "capacity": 1, '
         '"sample_ratio": 0.5}, {"type": "standard", "capacity": 1000, '
         '"sample_ratio": 0.5}]\' (one queue of fresh trajectories, capacity in batches of its '
-        "share; standard: uniform, capacity in trajectories; impala/configs/replay.py). '': all "
+        "share; standard: uniform; custom: elite sampling; impala/configs/replay.py). '': all "
         "fresh.",
         check=lambda name, value: replay.parse(value) and None,
     )

@@ -79,10 +79,13 @@ def replay_text(learning: Learning) -> str:
     mixer = learning.mixer
     if mixer is None:
         return ""
-    parts = [
-        f"{spec.type} {store.size}/{store.capacity} (sampled {_mean(store.times_sampled()):.1f}x)"
-        for spec, _, store in mixer.replays
-    ]
+    parts = []
+    for index, (spec, _, store) in enumerate(mixer.replays):
+        text = f"{spec.type} {store.size}/{store.capacity} (sampled "
+        text += f"{_mean(store.times_sampled()):.1f}x"
+        if index in mixer.distances_last:
+            text += f", distance {_mean(mixer.distances_last[index]):.3f}"
+        parts.append(text + ")")
     batch_size = learning.config.learner.batch_size
     return f" | replayed {mixer.replayed_last}/{batch_size}: " + ", ".join(parts)
 

@@ -15,7 +15,7 @@ from impala import build, run_secret, run_tls, transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
-from impala.learner.replay import Mixer
+from impala.learner.replay import Mixer, make_encoder
 from impala.learner.state import Counters, EnvInfo, Learning
 from impala.learner.summaries import Summaries
 
@@ -68,7 +68,12 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         saving.save_flags(run_dir, config.flag_values, chief_report)
     mixer, queue_capacity = None, config.queue_capacity or config.learner.batch_size
     if config.replays:
-        mixer = Mixer(config.replays, config.learner.batch_size, config.game.seed + topology.rank)
+        mixer = Mixer(
+            config.replays,
+            config.learner.batch_size,
+            config.game.seed + topology.rank,
+            encode=make_encoder(agent),
+        )
         queue_capacity = _replay_queue_capacity(config, mixer)
         _check_replay_memory(config, mixer, spec, chief_report)
     # Looked up here, not imported: tests wrap the service class (tests/recording_learner.py).

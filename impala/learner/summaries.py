@@ -116,14 +116,20 @@ class Summaries:
         batch_size = mixer.fresh_share + sum(share for _, share, _ in mixer.replays)
         with self._writer.as_default(step=frames):
             tf.summary.scalar("replay/replayed_share", mixer.replayed_last / batch_size)
-            for index, (spec, _, store) in enumerate(mixer.replays, start=1):
+            for index, (spec, _, store) in enumerate(mixer.replays):
                 sampled = store.times_sampled()
-                tag = f"replay/{index}_{spec.type}"
+                tag = f"replay/{index + 1}_{spec.type}"
                 tf.summary.scalar(f"{tag}/fill", store.size / store.capacity)
                 tf.summary.scalar(
                     f"{tag}/times_sampled_mean", sampled.mean() if len(sampled) else 0
                 )
                 tf.summary.scalar(f"{tag}/times_sampled_max", sampled.max() if len(sampled) else 0)
+                distances = mixer.distances_last.get(index, ())
+                if len(distances):
+                    # Elite sampling: how far the replayed trajectories' behaviour policy is
+                    # from the learner's (impala/learner/replay.py, `distances`).
+                    tf.summary.scalar(f"{tag}/distance_mean", distances.mean())
+                    tf.summary.scalar(f"{tag}/distance_max", distances.max())
 
     def weights(self, frames: int, variables: Iterable[tf.Variable]) -> None:
         """Histograms of every weight, if this run asked for them."""

@@ -125,13 +125,6 @@ def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
             ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]',
             "this list has 2",
         ),
-        (
-            '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
-            ' {"type": "custom", "capacity": 9, "sample_ratio": 0.5, "dist_function": "ln_norm",'
-            ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2,'
-            ' "alfa_annealing_factor": 1}]',
-            r"replay 2 \(custom\): elite sampling is not built yet; queue and standard replays are",
-        ),
     ],
 )
 def test_a_mix_the_learner_cannot_make_is_refused_in_one_line(text, message):
@@ -180,3 +173,86 @@ def test_a_replayed_trajectory_is_corrected_with_its_own_behaviour_policy():
             - np.take_along_axis(_log_softmax(mu), actions[:, None], 1)
         )[:, 0]
         np.testing.assert_allclose(returns.log_rhos[:, column], expected, rtol=1e-5, atol=1e-5)
+
+
+ELITE_MIX = (
+    '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+    ' {"type": "custom", "capacity": 16, "sample_ratio": 0.5, "dist_function": "ln_norm",'
+    ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 3,'
+    ' "alfa_annealing_factor": 1.0, "elite_sampling_strategy": "STRATEGY"}]'
+)
+
+
+def _moved_by_id(queued):
+    """A stand-in for the learner's network (the network is not what is tested): its logits
+    are the behaviour's moved by the trajectory's number / 10 on every action, so trajectory
+    i is at ln_norm distance sqrt(3) x i / 10 from its behaviour policy."""
+    ids = np.asarray(queued.actor_task).astype(np.float32)
+    return np.asarray(queued.steps.policy_logits) + ids[None, :, None] / 10
+
+
+def test_distances_by_hand():
+    behaviour = np.zeros((2, 1, 3))
+    current = np.array([[[3.0, 4.0, 0.0]], [[1.0, 0.0, 0.0]]])
+    np.testing.assert_allclose(replay.distances(behaviour, current, "ln_norm"), [(5 + 1) / 2])
+    np.testing.assert_allclose(replay.distances(behaviour, current, "ln_norm", p=1), [(7 + 1) / 2])
+    same_direction = np.array([[[1.0, 2.0, 3.0]]])
+    np.testing.assert_allclose(
+        replay.distances(same_direction, 2 * same_direction, "cos_dist"), [0.0], atol=1e-12
+    )
+    opposite = replay.distances(same_direction, -same_direction, "cos_dist")
+    np.testing.assert_allclose(opposite, [2.0])
+    # KL of two softmax policies; 0 for logits that differ by a constant (the same policy).
+    assert replay.distances(same_direction, same_direction + 5, "kl_div")[0] == pytest.approx(0)
+    p, q = np.array([0.5, 0.25, 0.25]), np.array([0.25, 0.25, 0.5])
+    kl = replay.distances(np.log(p)[None, None], np.log(q)[None, None], "kl_div")
+    np.testing.assert_allclose(kl, [np.sum(p * np.log(p / q))])
+
+
+def test_the_four_strategies_by_hand():
+    distance = np.array([0.5, 0.1, 0.9, 0.3, 0.7, 0.2])
+    never = np.zeros(6)
+    assert sorted(replay.select(distance, never, 2, "strategy1", 1.0)) == [1, 5]
+    # Sorted: 1, 5, 3, 0, 4, 2; in 2 groups of 3, the closest of each: 1 and 0.
+    assert sorted(replay.select(distance, never, 2, "strategy2", 1.0)) == [0, 1]
+    # The two closest were sampled often: preferring the least sampled picks 3 and 0.
+    sampled = np.array([0, 6, 0, 0, 0, 6])
+    assert sorted(replay.select(distance, sampled, 2, "strategy3", 1.0)) == [0, 3]
+    assert sorted(replay.select(distance, sampled, 2, "strategy3", 0.0)) == [1, 5]
+    assert len(replay.select(distance, sampled, 3, "strategy4", 1.0)) == 3
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_elite_replay_takes_the_trajectories_whose_policy_moved_least(background):
+    replays = replay_config.parse(ELITE_MIX.replace("STRATEGY", "strategy1"))
+    mixer = replay.Mixer(replays, batch_size=4, seed=2, encode=_moved_by_id, background=background)
+    mixer.mix(_fresh(0, 4))
+    mixer.mix(_fresh(4, 2))
+    mixer.mix(_fresh(6, 2))  # stored: 0 to 7
+    ((_, _, elite),) = mixer.replays
+    for batch_number in range(4):
+        next_id = 8 + 2 * batch_number
+        batch = mixer.mix(_fresh(next_id, 2))
+        replayed = _ids(batch)[2:]
+        # 6 candidates (3 x 2) drawn from what was stored before this batch; the two closest
+        # to their behaviour policy are the two lowest numbers among them.
+        assert len(replayed) == 2 and all(i < next_id for i in replayed)
+        np.testing.assert_allclose(
+            sorted(mixer.distances_last[0]), sorted(np.sqrt(3) * np.array(replayed) / 10), rtol=1e-5
+        )
+    mixer.close()
+    assert elite.times_sampled().sum() >= 8
+
+
+def test_an_elite_replay_needs_the_network_and_a_failure_in_the_background_surfaces():
+    replays = replay_config.parse(ELITE_MIX.replace("STRATEGY", "strategy2"))
+    with pytest.raises(ValueError, match="an elite replay needs the learner's network"):
+        replay.Mixer(replays, batch_size=4)
+
+    def broken(queued):
+        raise RuntimeError("the network failed")
+
+    mixer = replay.Mixer(replays, batch_size=4, encode=broken)
+    mixer.mix(_fresh(0, 4))  # the replay now holds its share: the background samples, fails
+    with pytest.raises(RuntimeError, match="the network failed"):
+        mixer.mix(_fresh(4, 2))
