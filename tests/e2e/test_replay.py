@@ -3,6 +3,7 @@ the batches' shares, the frames counted, what the learner says about its replays
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,9 +12,12 @@ import tensorflow as tf
 
 from tests.helpers import ROOT
 
+# The issue's elite example, smaller: the learner's network runs again on the candidates.
 MIX = (
-    '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
-    ' {"type": "standard", "capacity": 64, "sample_ratio": 0.5}]'
+    '[{"type": "custom", "capacity": 64, "sample_ratio": 0.5, "dist_function": "ln_norm",'
+    ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6,'
+    ' "alfa_annealing_factor": 2.0},'
+    ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]'
 )
 
 
@@ -54,15 +58,15 @@ def test_half_replayed_batches_count_only_their_fresh_frames(tmp_path):
     assert summary["steps"] == 99
     log = (run_dir / "learners.log").read_text()
     assert (
-        "replays: the queue gives 4 of each batch of 8 fresh trajectories; standard of 64 "
+        "replays: the queue gives 4 of each batch of 8 fresh trajectories; custom of 64 "
         "trajectories (" in log
     )
-    assert "replayed 4/8: standard 64/64 (sampled " in log
+    assert re.search(r"replayed 4/8: custom 64/64 \(sampled \d+\.\dx, distance \d+\.\d{3}\)", log)
     (events,) = [name for name in os.listdir(run_dir) if name.startswith("events.")]
     tags = {
         value.tag
         for event in tf.compat.v1.train.summary_iterator(str(run_dir / events))
         for value in event.summary.value
     }
-    assert {"replay/replayed_share", "replay/1_standard/fill"} <= tags
-    assert "replay/1_standard/times_sampled_mean" in tags
+    assert {"replay/replayed_share", "replay/1_custom/fill"} <= tags
+    assert {"replay/1_custom/times_sampled_mean", "replay/1_custom/distance_mean"} <= tags
