@@ -49,6 +49,7 @@ flags.DEFINE_string(
     "Learner settings to compare with the set-up, e.g. 'batch_reuse=3,num_batches_per_epoch=2;"
     "batch_reuse=2': `;` between variants, `,` between a variant's name=value settings.",
 )
+flags.DEFINE_float("seconds", 10.0, "How long each turn of a variant is measured.")
 flags.DEFINE_integer("rounds", 3, "Turns each variant is measured in.", lower_bound=1)
 flags.DEFINE_bool("profile", False, "Also print each variant's kernels, by op type.")
 flags.DEFINE_integer("top_ops", 12, "Op types the profile lists.", lower_bound=1)
