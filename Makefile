@@ -28,11 +28,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Two pytest workers, each taking the next test as it frees up; the tests that share a module
-# fixture (such as the one Catch run) go to one worker together (tests/conftest.py), so it
-# starts once. PYTEST_ARGS="-n 0" runs it in one process.
+# Two pytest workers, each taking whole test files (module fixtures such as the shared Catch
+# run start once); PYTEST_ARGS="-n 0" runs it in one process.
 test: lint
-	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

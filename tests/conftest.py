@@ -44,20 +44,3 @@ def cartpole_run(tmp_path):
     """A run folder with two CartPole checkpoints as a learner writes them, and their weights."""
     run_dir = str(tmp_path / "run")
     return run_dir, save_checkpoints(run_dir)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under `make test`'s `--dist loadgroup`, the tests that share a module-scoped fixture (one
-    Catch run, one pair of learners, one sshd) go to one worker together, so that it starts once;
-    every other test goes to whichever worker is free."""
-    for item in items:
-        definitions = getattr(item, "_fixtureinfo", None)
-        if definitions is None:
-            continue
-        shared = any(
-            definition.scope in ("class", "module", "package")
-            for name in item.fixturenames
-            for definition in definitions.name2fixturedefs.get(name, ())
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -1,4 +1,7 @@
-"""benchmarks.train_stage: its variants and its kernel profile."""
+"""benchmarks.train_stage: its variants, its kernel profile and its command."""
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -6,6 +9,7 @@ import tensorflow as tf
 
 from benchmarks import train_stage
 from impala.configs import LearnerConfig
+from tests.helpers import ROOT
 
 
 def test_variants_change_the_named_settings_of_the_set_up():
@@ -70,3 +74,37 @@ def test_a_variant_may_change_the_networks_precision():
     assert (low.compute_dtype, low.config.batch_reuse) == ("bfloat16", 2)
     with pytest.raises(ValueError, match="compute_dtype=float16: must be one of float32"):
         train_stage.parse_variants("compute_dtype=float16", LearnerConfig())
+
+
+def test_the_command_prints_each_variants_speed_against_the_first():
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.train_stage",
+            "--level_name=impala/Catch-v0",
+            "--agent_name=ShallowConvNetAgent",
+            "--batch_size=4",
+            "--unroll_length=5",
+            "--seconds=0.2",
+            "--rounds=1",
+            "--variants=batch_reuse=1;num_batches_per_epoch=2,compute_dtype=bfloat16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = completed.stdout.strip().splitlines()[-3:]
+    assert rows[0].startswith("as given ") and rows[0].endswith(" 1.00x")
+    assert rows[1].startswith("batch_reuse=1 ") and rows[2].startswith("num_batches_per_epoch=2,")
+    bad = subprocess.run(
+        [sys.executable, "-m", "benchmarks.train_stage", "--variants=bogus=1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "'bogus=1' is not name=value" in bad.stderr
+    assert "Traceback" not in bad.stderr
