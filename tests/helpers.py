@@ -145,3 +145,17 @@ def read_text(path) -> str:
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+def run_local_argv(runs, *flags) -> list[str]:
+    """run_local.py with these flags and its run folders in `runs`, itself without the ML stack
+    (only the processes it starts need it)."""
+    return [
+        sys.executable,
+        "-u",
+        "-m",
+        "tests.without_ml_stack",
+        "run_local.py",
+        f"--logdir={runs}",
+        *flags,
+    ]

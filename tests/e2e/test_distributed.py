@@ -22,7 +22,7 @@ import networks
 from impala import envs
 from impala.launch.ports import free_ports
 from impala.progress import thread_core_waits
-from tests.helpers import ROOT, Processes, pids_with, processes_with, wait_until
+from tests.helpers import ROOT, Processes, pids_with, processes_with, run_local_argv, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -148,23 +148,10 @@ TWO_LEARNERS = (
 )
 
 
-def _run_local_argv(runs, *flags):
-    # run_local.py itself without the ML stack: only the processes it starts need it.
-    return [
-        sys.executable,
-        "-u",
-        "-m",
-        "tests.without_ml_stack",
-        "run_local.py",
-        f"--logdir={runs}",
-        *flags,
-    ]
-
-
 def _run_local(tmp_path, *flags, timeout=300):
     runs = tmp_path / "runs"
     completed = subprocess.run(
-        _run_local_argv(runs, *flags),
+        run_local_argv(runs, *flags),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -202,7 +189,7 @@ def pair_run(tmp_path_factory):
     try:
         first = processes.start(
             "run_local_1",
-            _run_local_argv(
+            run_local_argv(
                 runs, "--experiment=pair", *TWO_LEARNERS, "--total_environment_frames=2400"
             ),
         )
@@ -222,7 +209,7 @@ def pair_run(tmp_path_factory):
         leftovers_after_stop = processes_with(f"--logdir={runs}")
         # Only the run's name: the rest comes from its flags.json.
         resumed = subprocess.run(
-            _run_local_argv(runs, "--experiment=pair"),
+            run_local_argv(runs, "--experiment=pair"),
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -5,12 +5,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_local_argv
 
 # The elite example, smaller: the learner's network runs again on the candidates.
 MIX = (
@@ -25,13 +24,8 @@ MIX = (
 def test_half_replayed_batches_count_only_their_fresh_frames(tmp_path):
     runs = tmp_path / "runs"
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "tests.without_ml_stack",
-            "run_local.py",
-            f"--logdir={runs}",
+        run_local_argv(
+            runs,
             "--experiment=replay",
             "--num_actors=1",
             "--level_name=impala/Catch-v0",
@@ -41,7 +35,7 @@ def test_half_replayed_batches_count_only_their_fresh_frames(tmp_path):
             "--num_envs_per_actor=8",
             "--total_environment_frames=4000",
             f"--replay_parameters={MIX}",
-        ],
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,
