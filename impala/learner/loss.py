@@ -95,6 +95,14 @@ class LossTerms(NamedTuple):
     target_logits: tf.Tensor
 
 
+def unroll(agent: networks.Agent, batch: Batch) -> networks.AgentOutput:
+    """The agent's outputs on a [T + 1, B] batch's steps, from the batch's core state."""
+    steps = batch.steps
+    inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
+    outputs, _ = agent.unroll(inputs, batch.agent_state)
+    return outputs
+
+
 def compute_loss(
     agent: networks.Agent,
     batch: Batch,
@@ -112,8 +120,7 @@ def compute_loss(
         None: `config.entropy_cost`.
     """
     steps = batch.steps
-    inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
-    outputs, _ = agent.unroll(inputs, batch.agent_state)
+    outputs = unroll(agent, batch)
     # Step T is only there to bootstrap from: it is trained on as step 0 of the next unroll.
     bootstrap_value = outputs.baseline[-1]
     target_logits = outputs.policy_logits[:-1]

@@ -14,7 +14,7 @@ import tensorflow as tf
 import networks
 from impala.configs import LearnerConfig
 from impala.configs.declare import check_setting
-from impala.learner.loss import compute_loss
+from impala.learner.loss import compute_loss, unroll
 from impala.trajectory import Batch
 
 
@@ -217,10 +217,7 @@ class Trainer:
 
     def _policy_logits(self, batch: Batch) -> tf.Tensor:
         """The learner's policy logits [T, B, NUM_ACTIONS] on `batch`'s steps, no gradient."""
-        steps = batch.steps
-        inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
-        outputs, _ = self._agent.unroll(inputs, batch.agent_state)
-        return tf.stop_gradient(outputs.policy_logits[:-1])
+        return tf.stop_gradient(unroll(self._agent, batch).policy_logits[:-1])
 
     def _step(
         self, batch: Batch, indices: tf.Tensor | None, proximal_logits: tf.Tensor | None

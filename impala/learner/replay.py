@@ -34,7 +34,8 @@ import tensorflow as tf
 
 import networks
 from impala.configs import replay as replay_config
-from impala.trajectory import Steps
+from impala.learner.loss import unroll
+from impala.trajectory import Batch, Steps
 from impala.transport import QueuedTrajectories
 
 
@@ -79,9 +80,12 @@ class StandardReplay:
         return self._size
 
     @staticmethod
-    def bytes_at_capacity(capacity: int, example: QueuedTrajectories) -> int:
-        """What `capacity` trajectories like `example`'s take in memory."""
-        per_trajectory = sum(row[0].nbytes for row in _rows(example))
+    def bytes_at_capacity(capacity: int, specs) -> int:
+        """What `capacity` trajectories take in memory, each of the components `specs`
+        (`UnrollSpec.queue_specs()`, as the queue holds them)."""
+        per_trajectory = sum(
+            spec.dtype.size * int(np.prod(spec.shape, dtype=np.int64)) for spec in specs
+        )
         return capacity * per_trajectory
 
     def add(self, queued: QueuedTrajectories) -> None:
@@ -119,10 +123,9 @@ def make_encoder(agent: networks.Agent) -> Encoder:
 
     @tf.function(autograph=False)
     def logits(steps: Steps, agent_state):
-        inputs = networks.make_input(steps.prev_action, steps.reward, steps.done, steps.observation)
+        # The queue holds the core state flattened (as `steps.to_batch` restores it).
         state = tf.nest.pack_sequence_as(agent.initial_state(1), agent_state)
-        outputs, _ = agent.unroll(inputs, state)
-        return outputs.policy_logits
+        return unroll(agent, Batch(agent_state=state, steps=steps)).policy_logits
 
     return lambda queued: logits(queued.steps, list(queued.agent_state)).numpy()
 
@@ -229,6 +232,7 @@ class Mixer:
         replay_config.check_buildable(replays)
         shares = replay_config.batch_shares(replays, batch_size)
         (queue,) = [index for index, replay in enumerate(replays) if replay.type == "queue"]
+        self.queue = replays[queue]  # its entry: where the actors' trajectories come in
         self.fresh_share = shares[queue]
         self.replays: list[tuple[replay_config.Replay, int, StandardReplay]] = []
         for index, (spec, share) in enumerate(zip(replays, shares, strict=True)):

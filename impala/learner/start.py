@@ -7,7 +7,6 @@ import hashlib
 import hmac
 from collections.abc import Callable
 
-import numpy as np
 import tensorflow as tf
 
 import networks
@@ -130,8 +129,7 @@ def _replay_queue_capacity(config: LearnerJobConfig, mixer: Mixer) -> int:
     """The queue's capacity with replays: its entry's capacity in batches of its share, and at
     least one whole batch, which the first batches (all fresh, until the replays hold their
     shares) take from it."""
-    (queue,) = [replay for replay in config.replays if replay.type == "queue"]
-    return max(config.learner.batch_size, queue.capacity * mixer.fresh_share)
+    return max(config.learner.batch_size, mixer.queue.capacity * mixer.fresh_share)
 
 
 def _check_replay_memory(
@@ -139,12 +137,9 @@ def _check_replay_memory(
 ) -> None:
     """Says what each learner's replays hold at capacity; refuses, in one line, replays that do
     not fit in the memory this machine has free (each learner keeps its own)."""
-    per_trajectory = sum(
-        s.dtype.size * int(np.prod(s.shape, dtype=np.int64)) for s in spec.queue_specs()
-    )
     parts, total = [], 0
     for spec_of_replay, share, store in mixer.replays:
-        size = store.capacity * per_trajectory
+        size = store.bytes_at_capacity(store.capacity, spec.queue_specs())
         total += size
         parts.append(
             f"{spec_of_replay.type} of {store.capacity} trajectories ({size / 2**20:,.0f} MiB at "

@@ -81,7 +81,8 @@ def test_a_replayed_trajectory_is_the_one_stored_field_for_field():
     order = np.argsort(np.asarray(sampled.actor_task))
     for mine, theirs in zip(sampled.steps, fresh.steps, strict=True):
         np.testing.assert_array_equal(np.asarray(mine)[:, order], np.asarray(theirs))
-    assert replay.StandardReplay.bytes_at_capacity(1000, fresh) == 1000 * (
+    specs = [tf.TensorSpec(row.shape[1:], row.dtype) for row in replay._rows(fresh)]
+    assert replay.StandardReplay.bytes_at_capacity(1000, specs) == 1000 * (
         4 + 8 + 5 * 4 + (T + 1) * (4 + 4 + 1 + 4 + 4 + 4 * NUM_ACTIONS)
     )
 
