@@ -24,8 +24,9 @@ PYTHON=${PYTHON:-python3}
 CACHE_DIR=${IMPALA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/impala-horovod}
 TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu}
 # libnss-wrapper: the Docker image's entry point names a uid the image does not know with it.
+# iproute2: `ip` and `tc`, with which benchmarks/scaling.py (and its test) shape a link.
 APT_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev tmux openssh-client openssh-server
-              procps libnss-wrapper)
+              procps libnss-wrapper iproute2)
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
