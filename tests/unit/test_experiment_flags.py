@@ -1,5 +1,7 @@
 """experiment.py's flags reach the job configs of the roles that use them."""
 
+import pytest
+from absl import flags
 from absl.testing import flagsaver
 
 import experiment
@@ -107,3 +109,16 @@ def test_sample_factorys_num_epochs_is_batch_reuse_under_its_name():
     # What launchers forward and a run's flags.json keep: the flag's own name only.
     assert given == {"batch_reuse": 3, "num_batches_per_epoch": 2}
     assert "num_epochs" not in saved and saved["batch_reuse"] == 3
+
+
+def test_the_precision_and_the_gradient_compression_refuse_what_they_do_not_know():
+    for flag in ("--compute_dtype=float16", "--gradient_compression=zip"):
+        with flagsaver.flagsaver():
+            FLAGS.unparse_flags()
+            with pytest.raises(flags.IllegalFlagValueError, match="value should be one of"):
+                FLAGS(["experiment.py", flag])
+    # A learner built in Python is refused the same way.
+    from impala.learner import allreduce
+
+    with pytest.raises(ValueError, match=r"^--gradient_compression=zip: must be one of none, fp16"):
+        allreduce.tape_wrapper("zip")
