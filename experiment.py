@@ -40,7 +40,7 @@ __all__ = ["FLAGS", "PRESETS", "apply_preset", "flag_values", "main"]
 _CHECKED_BY_TEST = ("level_name", "frame_skip", "frame_pooling")
 # What a launcher sets for each process itself (its address, task and run secret), in place of
 # the flags' when it checks the run's flags before starting anything.
-_PLACEMENT = {"learner_hosts": ("localhost:1",), "experiment": "", "secret_file": "secret"}
+_PLACEMENT = {"learner_hosts": ("localhost:1",), "experiment": "run", "secret_file": "secret"}
 
 
 def learner_config_from_flags() -> configs.LearnerConfig:
@@ -97,6 +97,7 @@ def evaluation_config_from_flags() -> configs.EvalConfig:
                 "and --experiment naming the run"
             )
         checkpoint = run_folder.path(FLAGS.logdir, FLAGS.experiment)
+    checkpoint = policy_checkpoint(checkpoint, FLAGS.policy if FLAGS["policy"].present else None)
     return config_from_flags(
         configs.EvalConfig,
         checkpoint=checkpoint,
@@ -105,6 +106,33 @@ def evaluation_config_from_flags() -> configs.EvalConfig:
         given=tuple(name for name in _CHECKED_BY_TEST if FLAGS[name].present),
         agent_name=FLAGS.agent_name if FLAGS["agent_name"].present else None,
     )
+
+
+def policy_checkpoint(checkpoint: str, policy: int | None) -> str:
+    """What --mode=test loads for `checkpoint` and --policy (None: not given): in the folder of
+    a run of several policies, that policy's folder.
+
+    Raises:
+      ValueError: one line, for --policy with anything but such a run folder, a policy it does
+        not hold, or such a run folder without --policy.
+    """
+    policies = run_folder.policies_in(checkpoint) if os.path.isdir(checkpoint) else []
+    if policy is None:
+        if policies and not os.path.isdir(os.path.join(checkpoint, run_folder.CHECKPOINTS)):
+            raise ValueError(
+                f"--checkpoint={checkpoint}: a run of {len(policies)} policies; give --policy "
+                f"(one of {', '.join(map(str, policies))})"
+            )
+        return checkpoint
+    if not policies:
+        raise ValueError(
+            f"--policy={policy}: {checkpoint} is not the folder of a run of several policies"
+        )
+    if policy not in policies:
+        raise ValueError(
+            f"--policy={policy}: {checkpoint} holds policies {', '.join(map(str, policies))}"
+        )
+    return run_folder.policy_path(checkpoint, policy)
 
 
 def actor_job_config_from_flags() -> configs.ActorJobConfig:

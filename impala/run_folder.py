@@ -13,6 +13,9 @@
     videos/<checkpoint>/       `experiment.py --mode=test --record_video`
     branch.json                a branch of another run: the checkpoint it started from
                                (`benchmarks/branch.py`)
+    policy_<k>/                with --num_policies=N > 1: policy k's flags.json, events,
+                               checkpoints/, learner_<rank>.json and logs, as above (the
+                               secret and TLS bundle stay in the run folder, for every policy)
 
 `--experiment` names the folder; without it a run gets `<level_name>-<start time>`. Starting again
 with an existing run folder resumes from its latest checkpoint. With --private_run_files (the
@@ -30,6 +33,7 @@ from typing import Any
 FLAGS_FILE = "flags.json"
 BRANCH_FILE = "branch.json"
 CHECKPOINTS = "checkpoints"  # the folder of rank 0's checkpoints
+POLICY_PREFIX = "policy_"  # policy k of a run of several lives in <run>/policy_<k>/
 
 # Flags that say where and as what a process runs, not how it trains: they may differ between
 # the processes of one run and between its starts, and launchers set them for each process.
@@ -43,6 +47,7 @@ PER_PROCESS_FLAGS = frozenset(
         "experiment",
         "mode",
         "secret_file",
+        "policy",
     }
 )
 
@@ -52,9 +57,30 @@ PER_PROCESS_FLAGS = frozenset(
 FINAL_EXIT_CODES = (0, 2, 130)
 
 
-def path(logdir: str, experiment: str) -> str:
-    """The run folder of run `experiment` under `logdir`."""
-    return os.path.join(logdir, experiment)
+def path(logdir: str, experiment: str, policy: int | None = None) -> str:
+    """The run folder of run `experiment` under `logdir`, or with `policy` the folder of that
+    policy of a run of several (`--num_policies`)."""
+    run_dir = os.path.join(logdir, experiment)
+    return run_dir if policy is None else policy_path(run_dir, policy)
+
+
+def policy_path(run_dir: str, policy: int) -> str:
+    """The folder of policy `policy` in the folder of a run of several policies."""
+    return os.path.join(run_dir, f"{POLICY_PREFIX}{policy}")
+
+
+def policies_in(run_dir: str) -> list[int]:
+    """The policies whose folders `run_dir` holds, in order ([] for a run of one policy)."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        number = name.removeprefix(POLICY_PREFIX)
+        if name.startswith(POLICY_PREFIX) and number.isdigit() and str(int(number)) == number:
+            found.append(int(number))
+    return sorted(found)
 
 
 def default_name(level_name: str, now: datetime.datetime | None = None) -> str:

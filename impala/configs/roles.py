@@ -38,6 +38,8 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 GRADIENT_COMPRESSIONS = ("none", "fp16")
 # How --mode=test picks actions: sampled from the policy, or its most likely one.
 POLICIES = ("sample", "greedy")
+# Policies one run may train (`--num_policies`): each is a learner group with its own actors.
+MAX_POLICIES = 64
 
 
 @config
@@ -86,6 +88,35 @@ class _Connected(_Training):
         "make and copy it, the learner makes it if it is missing. Every process of a run needs "
         "the same setting. Off: the run secret authenticates each call, in the clear.",
     )
+    num_policies: int = setting(
+        1,
+        "Policies this run trains side by side (Sample Factory's name), each with its own "
+        "weights, optimiser, learners (--num_learners of them, all-reducing among themselves "
+        "only), actors, checkpoints and TensorBoard folder <run>/policy_<k>/. Launchers give "
+        "actor i to policy i mod N. 1: one policy, in the run folder itself.",
+        check=rule(lambda value: 1 <= value <= MAX_POLICIES, f"must be from 1 to {MAX_POLICIES}"),
+    )
+    policy_index: int = setting(
+        0,
+        "Which of the run's --num_policies policies this process trains or plays for "
+        "(launchers set it for each process); --learner_hosts are that policy's learners.",
+        check=non_negative(),
+        flag="policy",
+    )
+
+    def check_policy(self) -> None:
+        """Raises a one-line error unless --policy names one of --num_policies."""
+        if self.policy_index >= self.num_policies:
+            raise ValueError(
+                f"--policy={self.policy_index}: out of range for --num_policies="
+                f"{self.num_policies} (policies 0-{self.num_policies - 1})"
+            )
+
+    @property
+    def policy_folder(self) -> int | None:
+        """The policy whose folder under the run folder this process uses; None for a run of
+        one policy, which lives in the run folder itself."""
+        return self.policy_index if self.num_policies > 1 else None
 
 
 @config
@@ -170,6 +201,12 @@ class LearnerJobConfig(_Connected):
 
     def __post_init__(self):
         check_settings(self)
+        self.check_policy()
+        if self.num_policies > 1 and self.logdir and not self.experiment:
+            raise ValueError(
+                f"--experiment: needed with --num_policies={self.num_policies}, so that every "
+                "policy's learners use the same run folder (launchers name it)"
+            )
         if not (self.secret_file or self.logdir):
             raise ValueError(
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
@@ -225,6 +262,7 @@ class ActorJobConfig(_Connected):
 
     def __post_init__(self):
         check_settings(self)
+        self.check_policy()
         if not self.secret_file:
             raise ValueError(
                 "--secret_file: an actor needs the run secret: the learner's run folder has "

@@ -25,10 +25,14 @@ from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
 from impala.launch import planning
 from impala.launch.ports import free_ports
-from impala.launch.supervisor import ROOT, Supervised, stop, supervise
+from impala.launch.supervisor import ROOT, Group, Supervised, stop, supervise
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("num_learners", 1, "Learner processes (under mpirun when more than one).")
+flags.DEFINE_integer(
+    "num_learners",
+    1,
+    "Learner processes of each policy (under mpirun when more than one, one mpirun per policy).",
+)
 flags.DEFINE_integer("num_actors", 2, "Actor processes.")
 flags.DEFINE_float("stop_timeout_secs", 15.0, "How long processes get to exit before SIGKILL.")
 flags.DEFINE_integer(
@@ -52,20 +56,33 @@ flags.DEFINE_integer(
 
 
 def plan(
-    num_learners: int, num_actors: int, flags_to_forward: list[str], python: str, as_root: bool
-) -> tuple[list[str], list[list[str]]]:
-    """The learner command (mpirun when several) and each actor's command, on localhost."""
-    learner_hosts = [f"localhost:{port}" for port in free_ports(num_learners)]
-    actor_hosts = ["localhost"] * num_actors
+    num_learners: int,
+    num_actors: int,
+    flags_to_forward: list[str],
+    python: str,
+    as_root: bool,
+    num_policies: int = 1,
+) -> list[tuple[list[str], list[list[str]]]]:
+    """Each policy's learner command (mpirun when several) and its actors' commands, on
+    localhost: `num_learners` learners per policy, and actor i of `num_actors` playing for
+    policy i mod `num_policies` (as that policy's actor i // `num_policies`)."""
     script = os.path.join(ROOT, "experiment.py")
-    learner = planning.learner_command(python, script, learner_hosts, actor_hosts, flags_to_forward)
-    if num_learners > 1:
-        learner = planning.mpirun_command(["localhost"] * num_learners, learner, as_root)
-    actors = [
-        planning.actor_command(python, script, task, learner_hosts, actor_hosts, flags_to_forward)
-        for task in range(num_actors)
-    ]
-    return learner, actors
+    ports = free_ports(num_learners * num_policies)
+    plans = []
+    for policy in range(num_policies):
+        own_ports = ports[policy * num_learners : (policy + 1) * num_learners]
+        learner_hosts = [f"localhost:{port}" for port in own_ports]
+        actor_hosts = ["localhost"] * len(range(policy, num_actors, num_policies))
+        flags = [*flags_to_forward, *([f"--policy={policy}"] if num_policies > 1 else [])]
+        learner = planning.learner_command(python, script, learner_hosts, actor_hosts, flags)
+        if num_learners > 1:
+            learner = planning.mpirun_command(["localhost"] * num_learners, learner, as_root)
+        actors = [
+            planning.actor_command(python, script, task, learner_hosts, actor_hosts, flags)
+            for task in range(len(actor_hosts))
+        ]
+        plans.append((learner, actors))
+    return plans
 
 
 # What a run trained with before a flag existed, for the flags whose default has changed since:
@@ -85,7 +102,7 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
     """
     given = impala_flags.flag_values(only_given=True)
     num_learners, num_actors = FLAGS.num_learners, FLAGS.num_actors
-    saved = run_folder.read_flags(run_dir)
+    saved, saved_actors, path = _saved_flags(run_dir)
     if saved is None:
         return given, num_learners, num_actors, ""
     if "preset" in given and given["preset"] != saved.get("preset", ""):
@@ -95,15 +112,10 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
             f"--preset={saved.get('preset', '')}; resume it without --preset (its flags are "
             f"kept), or start a new run"
         )
-    path = os.path.join(run_dir, run_folder.FLAGS_FILE)
-    for name in ("learner_hosts", "actor_hosts"):
-        hosts = saved.get(name, [])
-        if not (isinstance(hosts, list) and all(isinstance(host, str) for host in hosts)):
-            raise ValueError(f"{path}: {name}={hosts!r}: expected a list of hosts")
     if not FLAGS["num_learners"].present:
         num_learners = len(saved.get("learner_hosts") or [None])
-    if not FLAGS["num_actors"].present:
-        num_actors = len(saved.get("actor_hosts") or [None] * num_actors)
+    if not FLAGS["num_actors"].present and saved_actors:
+        num_actors = saved_actors
     # Parsed as the processes will parse them when forwarded: the file may have been edited.
     parsed = {}
     own = impala_flags.flag_values()
@@ -117,6 +129,12 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
     # turned the flag's feature off, which the flag's default since is not.
     for name, value in _BEFORE_THE_FLAG.items():
         parsed.setdefault(name, value)
+    saved_policies = parsed.get("num_policies", 1)
+    if "num_policies" in given and given["num_policies"] != saved_policies:
+        raise ValueError(
+            f"--num_policies={given['num_policies']}: {run_dir} trains {saved_policies} "
+            "policies; resume it without --num_policies, or start a new run"
+        )
     preset = given.get("preset", parsed.get("preset", ""))
     # Every value the processes would not get by themselves: a saved value equal to the
     # default still beats the preset's.
@@ -133,13 +151,45 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
     return {**kept, **given}, num_learners, num_actors, note
 
 
+def _saved_flags(run_dir: str) -> tuple[dict[str, object] | None, int, str]:
+    """The flags `run_dir`'s run was started with (in a run of several policies, those of its
+    first policy that saved them), its number of actors (0 if its files do not say), and the
+    file the flags came from.
+
+    Raises:
+      ValueError: one line, for a flags file that is not a JSON object or whose host lists are
+        not lists of hosts.
+    """
+    folders = [run_dir]
+    if run_folder.read_flags(run_dir) is None:
+        folders = [
+            run_folder.policy_path(run_dir, policy) for policy in run_folder.policies_in(run_dir)
+        ]
+    each = [(folder, run_folder.read_flags(folder)) for folder in folders]
+    found = [(folder, flags) for folder, flags in each if flags is not None]
+    if not found:
+        return None, 0, ""
+    for folder, values in found:
+        for name in ("learner_hosts", "actor_hosts"):
+            hosts = values.get(name, [])
+            if not (isinstance(hosts, list) and all(isinstance(host, str) for host in hosts)):
+                raise ValueError(
+                    f"{os.path.join(folder, run_folder.FLAGS_FILE)}: {name}={hosts!r}: expected "
+                    "a list of hosts"
+                )
+    first_folder, first = found[0]
+    # A policy whose learners never saved its flags had as many actors as the first that did.
+    actors = sum(len((values or first).get("actor_hosts", [])) for _, values in each)
+    return first, actors, os.path.join(first_folder, run_folder.FLAGS_FILE)
+
+
 MAX_PROCESSES = 1024
 MAX_RESTART_DELAY_SECS = 86_400
 
 
-def check_launcher_flags(num_learners: int, num_actors: int) -> None:
+def check_launcher_flags(num_learners: int, num_actors: int, num_policies: int = 1) -> None:
     """Raises a one-line error for a flag of run_local.py itself out of range (the numbers of
-    learners and actors as `run_flags` gives them)."""
+    learners per policy and actors as `run_flags` gives them)."""
     for name, value in (("num_learners", num_learners), ("num_actors", num_actors)):
         if value < 1:
             raise ValueError(f"--{name}={value}: must be at least 1")
@@ -147,6 +197,16 @@ def check_launcher_flags(num_learners: int, num_actors: int) -> None:
             raise ValueError(
                 f"--{name}={value}: must be at most {MAX_PROCESSES} (all run on this machine)"
             )
+    if num_learners * num_policies > MAX_PROCESSES:
+        raise ValueError(
+            f"--num_learners={num_learners}: {num_learners * num_policies} learners for "
+            f"--num_policies={num_policies}, more than {MAX_PROCESSES} (all run on this machine)"
+        )
+    if num_actors < num_policies:
+        raise ValueError(
+            f"--num_actors={num_actors}: fewer than --num_policies={num_policies}; every policy "
+            "needs an actor (actor i plays for policy i mod --num_policies)"
+        )
     for name in ("max_actor_restarts", "max_learner_restarts"):
         if FLAGS[name].value < 0:
             raise ValueError(f"--{name}={FLAGS[name].value}: must be >= 0")
@@ -199,6 +259,7 @@ def main(argv: list[str]) -> int:
     except ValueError as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
+    num_policies = int(given.get("num_policies", 1))
     if FLAGS.private_run_files:
         # The run folder and the logs, and everything the processes started here write.
         run_folder.keep_private()
@@ -209,7 +270,7 @@ def main(argv: list[str]) -> int:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     try:
-        learner_argv, actor_argvs = plan(
+        plans = plan(
             num_learners,
             num_actors,
             [
@@ -219,18 +280,28 @@ def main(argv: list[str]) -> int:
             ],
             sys.executable,
             as_root=os.geteuid() == 0,
+            num_policies=num_policies,
         )
     except OSError as error:
         print(f"run_local.py: error: no free port for the learners: {error}", file=sys.stderr)
         return 1
-    print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
-    return _run(run_dir, learner_argv, actor_argvs)
+    if num_policies == 1:
+        print(f"[run_local] {num_learners} learner(s), {num_actors} actor(s); logs in {run_dir}/")
+    else:
+        print(
+            f"[run_local] {num_policies} policies, each with {num_learners} learner(s) and "
+            f"{num_actors // num_policies}"
+            + ("" if num_actors % num_policies == 0 else f" or {num_actors // num_policies + 1}")
+            + f" actor(s) (actor i plays for policy i mod {num_policies}); logs in "
+            f"{run_dir}/policy_<k>/"
+        )
+    return _run(_groups(run_dir, plans))
 
 
 def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
-    """The run's name and folder, the flags of its processes and the numbers of learners and
-    actors, checked as every process will check them, before any starts; prints how a resumed
-    run resumes.
+    """The run's name and folder, the flags of its processes and the numbers of learners (per
+    policy) and actors (in all), checked as every process will check them, before any starts;
+    prints how a resumed run resumes.
 
     Raises:
       ValueError: one line, for a flag or a saved value that the run cannot take.
@@ -239,56 +310,62 @@ def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
     experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
     run_dir = run_folder.path(FLAGS.logdir, experiment_name)
     given, num_learners, num_actors, resuming = run_flags(run_dir)
-    check_launcher_flags(num_learners, num_actors)
     planning.check_hyperparameters(given)  # as every process will, before any starts
+    check_launcher_flags(num_learners, num_actors, int(given.get("num_policies", 1)))
     if resuming:
         print(resuming)
     return experiment_name, run_dir, given, num_learners, num_actors
 
 
-def _run(run_dir: str, learner_argv: list[str], actor_argvs: list[list[str]]) -> int:
-    """Starts the learners and actors and supervises them until the learners finish or the run
-    is stopped; returns the launcher's exit code."""
+def _run(groups: list[Group]) -> int:
+    """Starts every policy's learners and actors and supervises them until the learners finish
+    or the run is stopped; returns the launcher's exit code."""
     # SIGINT explicitly too: a shell starts background jobs with it ignored, and that would make
     # Ctrl-C's signal do nothing.
     for signum in _STOP_SIGNALS:
         signal.signal(signum, _raise_interrupt)
-    learners, actors = _roles(run_dir, learner_argv, actor_argvs)
-    for role in (learners, *actors):
-        role.start()
+    for group in groups:
+        for role in (group.learners, *group.actors):
+            role.start()
     try:
-        return supervise(learners, actors, FLAGS.stop_timeout_secs)
+        return supervise(groups, FLAGS.stop_timeout_secs)
     except KeyboardInterrupt:
         # A second Ctrl-C or SIGTERM (a scheduler signalling every process, an impatient user)
         # must not cut the stop short: the learners are saving.
         for signum in _STOP_SIGNALS:
             signal.signal(signum, _already_stopping)
         print("\n[run_local] stopping every process of the run...")
-        stop([r.process for r in (learners, *actors) if r.process], FLAGS.stop_timeout_secs)
+        stop([p for group in groups for p in group.processes()], FLAGS.stop_timeout_secs)
         print("[run_local] stopped")
         return 130
 
 
-def _roles(
-    run_dir: str, learner_argv: list[str], actor_argvs: list[list[str]]
-) -> tuple[Supervised, list[Supervised]]:
-    """The learners and each actor, as roles restarted within the flags' caps."""
-    learners = Supervised(
-        "learners",
-        learner_argv,
-        os.path.join(run_dir, "learners.log"),
-        FLAGS.max_learner_restarts,
-        FLAGS.restart_max_delay_secs,
-        learners=True,
-    )
-    actors = [
-        Supervised(
-            f"actor {task}",
-            argv,
-            os.path.join(run_dir, f"actor_{task}.log"),
-            FLAGS.max_actor_restarts,
+def _groups(run_dir: str, plans: list[tuple[list[str], list[list[str]]]]) -> list[Group]:
+    """Each policy's learners and actors, as roles restarted within the flags' caps, logging
+    in the run folder (a run of several policies: in each policy's folder)."""
+    groups = []
+    for policy, (learner_argv, actor_argvs) in enumerate(plans):
+        folder, owner = run_dir, ""
+        if len(plans) > 1:
+            folder, owner = run_folder.policy_path(run_dir, policy), f"policy {policy}'s "
+            os.makedirs(folder, exist_ok=True)
+        learners = Supervised(
+            f"{owner or 'the '}learners",
+            learner_argv,
+            os.path.join(folder, "learners.log"),
+            FLAGS.max_learner_restarts,
             FLAGS.restart_max_delay_secs,
+            learners=True,
         )
-        for task, argv in enumerate(actor_argvs)
-    ]
-    return learners, actors
+        actors = [
+            Supervised(
+                f"{owner}actor {task}",
+                argv,
+                os.path.join(folder, f"actor_{task}.log"),
+                FLAGS.max_actor_restarts,
+                FLAGS.restart_max_delay_secs,
+            )
+            for task, argv in enumerate(actor_argvs)
+        ]
+        groups.append(Group(learners, actors))
+    return groups

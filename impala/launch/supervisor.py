@@ -149,40 +149,81 @@ def _signal_group(process: Process, signum: int) -> None:
         os.killpg(process.popen.pid, signum)
 
 
-def supervise(learners: Supervised, actors: list[Supervised], stop_timeout: float) -> int:
-    """Runs the roles until the learners finish: restarts actors that die, and the learners
-    (from the latest checkpoint) if they die, each within its cap. Returns an exit code."""
-    while True:
-        code = learners.exit_code()
-        if code is not None and learners.due is None:
-            if not learners.schedule_restart(code):
-                break
-            print(
-                f"[run_local] the learners exited with code {code}; restarting them from the "
-                f"run's latest checkpoint in {learners.delay:.0f} s (restart {learners.restarts} "
-                f"of at most {learners.max_restarts}). Log: {learners.log_path}"
-            )
-        learners.restart_if_due()
-        for actor in actors:
-            _supervise_actor(actor)
+@dataclasses.dataclass
+class Group:
+    """One policy's processes: its learners (one process, or the mpirun of several) and its
+    actors. A run of one policy is one group."""
+
+    learners: Supervised
+    actors: list[Supervised]
+    code: int | None = None  # the learners' final exit code, once they are done
+    actors_deadline: float | None = None  # when its actors are stopped if still running
+    stopped: bool = False
+
+    def processes(self) -> list[Process]:
+        return [role.process for role in (self.learners, *self.actors) if role.process]
+
+
+def supervise(groups: list[Group], stop_timeout: float) -> int:
+    """Runs every group until its learners finish: restarts actors that die, and the learners
+    (from their latest checkpoint) if they die, each within its cap. A group whose learners are
+    done (finished, refused, out of restarts) has its actors stopped; the other groups go on.
+    Returns 0 when every group finished, else the first failed group's exit code."""
+    while not all(group.stopped for group in groups):
+        for group in groups:
+            if group.code is None:
+                _supervise_learners(group, stop_timeout)
+            if group.code is None:
+                for actor in group.actors:
+                    _supervise_actor(actor)
+            elif not group.stopped:
+                _stop_when_due(group, stop_timeout)
         time.sleep(0.2)
+    codes = [group.code for group in groups]
+    return next((code for code in codes if code != 0), 0)
+
+
+def _supervise_learners(group: Group, stop_timeout: float) -> None:
+    learners = group.learners
+    code = learners.exit_code()
+    if code is not None and learners.due is None:
+        if not learners.schedule_restart(code):
+            _learners_done(group, code, stop_timeout)
+            return
+        print(
+            f"[run_local] {learners.name} exited with code {code}; restarting them from "
+            f"their latest checkpoint in {learners.delay:.0f} s (restart {learners.restarts} "
+            f"of at most {learners.max_restarts}). Log: {learners.log_path}"
+        )
+    learners.restart_if_due()
+
+
+def _learners_done(group: Group, code: int, stop_timeout: float) -> None:
+    """The group's learners will not run again: its actors are stopped, at once after a
+    failure; after a normal finish they hear it from their learner and get `stop_timeout` to
+    exit by themselves."""
+    learners = group.learners
+    group.code = code
     if code != 0:
         print(
-            f"[run_local] the learners exited with code {code}"
+            f"[run_local] {learners.name} exited with code {code}"
             + (
                 f" after {learners.restarts} restart(s)"
                 if code not in run_folder.FINAL_EXIT_CODES
                 else ""
             )
-            + f"; stopping the actors. Log: {learners.log_path}"
+            + f"; stopping {'their' if len(group.actors) else 'no'} actors. Log: "
+            f"{learners.log_path}"
         )
-    # After a normal finish the actors hear it from their learner and exit by themselves.
-    processes = [a.process for a in actors if a.process]
-    deadline = time.monotonic() + stop_timeout
-    while code == 0 and time.monotonic() < deadline and _any_running(processes):
-        time.sleep(0.2)
+    group.actors_deadline = time.monotonic() + (stop_timeout if code == 0 else 0.0)
+
+
+def _stop_when_due(group: Group, stop_timeout: float) -> None:
+    processes = [actor.process for actor in group.actors if actor.process]
+    if time.monotonic() < group.actors_deadline and _any_running(processes):
+        return
     stop(processes, stop_timeout)
-    return code
+    group.stopped = True
 
 
 def _any_running(processes: list[Process]) -> bool:

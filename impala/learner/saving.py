@@ -18,7 +18,8 @@ from impala.learner import allreduce, checkpoints
 
 def make_run_folder(config, topology) -> str:
     """The run folder, created ('' without --logdir), owner-only with `config.private_files`;
-    rank 0 names it if --experiment does not."""
+    rank 0 names it if --experiment does not. In a run of several policies, this learner's
+    policy's folder in it."""
     if not config.logdir:
         return ""
     name = config.experiment
@@ -27,15 +28,24 @@ def make_run_folder(config, topology) -> str:
         name = allreduce.broadcast_object_from_chief(
             run_folder.default_name(config.game.level_name) if topology.is_chief else None
         )
-    run_dir = run_folder.path(config.logdir, name)
+    run_dir = run_folder.path(config.logdir, name, config.policy_folder)
     os.makedirs(run_dir, exist_ok=True)
     if config.private_files:
+        run_folder.make_private(os.path.dirname(run_dir) if config.policy_folder else run_dir)
         run_folder.make_private(run_dir)
     return run_dir
 
 
-def load_run_secret(secret_file: str, run_dir: str, topology, report) -> str:
-    """The run secret every learner serves with: `secret_file`, or the run folder's.
+def secret_path(config, run_dir: str) -> str:
+    """Where the run secret is: --secret_file, or the run folder's (which every policy of a run
+    of several shares: the folder above `run_dir`, the policy's)."""
+    if config.secret_file:
+        return config.secret_file
+    return run_secret.path_in(os.path.dirname(run_dir) if config.policy_folder else run_dir)
+
+
+def load_run_secret(path: str, topology, report) -> str:
+    """The run secret every learner serves with, in `path` (`secret_path`).
 
     Rank 0 creates the file if it is missing; the other learners read it (on their host) after
     that, and all check that they hold the same secret as rank 0.
@@ -44,7 +54,6 @@ def load_run_secret(secret_file: str, run_dir: str, topology, report) -> str:
       ValueError: a secret file is missing, unusable (`run_secret.load`) or differs from
         rank 0's.
     """
-    path = secret_file or run_secret.path_in(run_dir)
     secret, created = run_secret.ensure(path) if topology.is_chief else ("", False)
     allreduce.wait_for_learners("secret_written")
     if not topology.is_chief:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 import networks
-from impala import build, run_secret, run_tls, transport
+from impala import build, run_tls, transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
@@ -47,7 +47,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         config.game.level_name,
         config.game.num_action_repeats,
     )
-    secret = saving.load_run_secret(config.secret_file, run_dir, topology, chief_report)
+    secret = saving.load_run_secret(saving.secret_path(config, run_dir), topology, chief_report)
     tls = load_run_tls(config, run_dir, topology, chief_report) if config.transport_tls else None
     checkpointer = saving.make_checkpointer(run_dir, config, agent, trainer, identity)
     resumed_from = (
@@ -195,7 +195,7 @@ def load_run_tls(config: LearnerJobConfig, run_dir: str, topology, report) -> ru
     Raises:
       ValueError: a bundle is missing, unusable (`run_tls.load`) or differs from rank 0's.
     """
-    path = run_tls.beside(config.secret_file or run_secret.path_in(run_dir))
+    path = run_tls.beside(saving.secret_path(config, run_dir))
     material, created = run_tls.ensure(path) if topology.is_chief else (None, False)
     allreduce.wait_for_learners("tls_written")
     if not topology.is_chief:

@@ -5,11 +5,14 @@ import os
 import random
 import re
 import shlex
+import signal
 import socket
+import time
 
 import pytest
 from absl.testing import flagsaver
 
+import experiment
 from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
 from impala.launch import planning, ports, single_host, supervisor
@@ -73,7 +76,7 @@ def test_shell_line_round_trips_awkward_values():
 
 
 def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
-    learner, actors = single_host.plan(1, 2, ["--seed=1"], "py", as_root=False)
+    ((learner, actors),) = single_host.plan(1, 2, ["--seed=1"], "py", as_root=False)
     assert learner[:4] == ["py", "-u", learner[2], "--job_name=learner"]
     assert learner[2].endswith("experiment.py")
     hosts = learner[4].removeprefix("--learner_hosts=")
@@ -83,11 +86,37 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
     assert [a[4] for a in actors] == ["--task=0", "--task=1"]
     assert all(a[5] == f"--learner_hosts={hosts}" and a[-1] == "--seed=1" for a in actors)
 
-    learner, _ = single_host.plan(2, 2, [], "py", as_root=True)
+    ((learner, _),) = single_host.plan(2, 2, [], "py", as_root=True)
     assert learner[:3] == ["mpirun", "-np", "2"]
     learner_hosts = next(a for a in learner if a.startswith("--learner_hosts="))
     learner_ports = {h.split(":")[1] for h in learner_hosts.split("=")[1].split(",")}
     assert len(learner_ports) == 2  # each learner its own port
+
+
+def _flag(argv, name):
+    (value,) = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+    return value
+
+
+def test_each_policy_gets_its_own_learners_under_its_own_mpirun_and_every_nth_actor():
+    plans = single_host.plan(2, 5, ["--num_policies=3"], "py", as_root=False, num_policies=3)
+    assert len(plans) == 3
+    hosts = [_flag(learner, "learner_hosts").split(",") for learner, _ in plans]
+    assert all(len(group) == 2 for group in hosts)
+    assert len({host for group in hosts for host in group}) == 6  # no port shared
+    for policy, (learner, actors) in enumerate(plans):
+        assert learner[:3] == ["mpirun", "-np", "2"]
+        assert _flag(learner, "policy") == str(policy)
+        # Actors 0-4 to policies 0, 1, 2, 0, 1: each a task of its policy, whose learners only
+        # it knows.
+        assert len(actors) == len(range(policy, 5, 3))
+        assert [_flag(actor, "task") for actor in actors] == [str(t) for t in range(len(actors))]
+        assert all(_flag(actor, "learner_hosts") == ",".join(hosts[policy]) for actor in actors)
+        assert all(_flag(actor, "policy") == str(policy) for actor in actors)
+        assert all(_flag(a, "actor_hosts") == ",".join(["localhost"] * len(actors)) for a in actors)
+    # One policy: no --policy flag, as before policies existed.
+    ((learner, actors),) = single_host.plan(1, 2, [], "py", as_root=False)
+    assert not any(a.startswith("--policy=") for a in [*learner, *actors[0]])
 
 
 class _ListenerFirst(random.Random):
@@ -168,6 +197,8 @@ def _check_as_launcher(*argv):
             "--num_action_repeats=536870912: must be at most 536870911",
         ),
         (["--batch_reuse=0"], "--batch_reuse=0: must be at least 1"),
+        (["--num_policies=0"], "--num_policies=0: must be from 1 to 64"),
+        (["--num_policies=65"], "--num_policies=65: must be from 1 to 64"),
         # The processes apply the preset (batch 32) before checking, and so does the launcher.
         (
             ["--preset=paper", "--queue_capacity=20"],
@@ -219,6 +250,16 @@ def test_launchers_check_the_values_the_processes_get_and_leave_their_own_flags_
         ),
         (["--stop_timeout_secs=0"], "--stop_timeout_secs=0.0: must be a finite number > 0"),
         (["--stop_timeout_secs=inf"], "--stop_timeout_secs=inf: must be a finite number > 0"),
+        (
+            ["--num_policies=3", "--num_actors=2"],
+            "--num_actors=2: fewer than --num_policies=3; every policy needs an actor (actor i "
+            "plays for policy i mod --num_policies)",
+        ),
+        (
+            ["--num_policies=64", "--num_learners=17", "--num_actors=64"],
+            "--num_learners=17: 1088 learners for --num_policies=64, more than 1024 (all run on "
+            "this machine)",
+        ),
     ],
 )
 def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message):
@@ -226,7 +267,76 @@ def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message)
         FLAGS.unparse_flags()
         FLAGS(["run_local.py", *argv])
         with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-            single_host.check_launcher_flags(FLAGS.num_learners, FLAGS.num_actors)
+            single_host.check_launcher_flags(
+                FLAGS.num_learners, FLAGS.num_actors, FLAGS.num_policies
+            )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--num_policies=2", "--policy=2"],
+            "--policy=2: out of range for --num_policies=2 (policies 0-1)",
+        ),
+        (["--policy=1"], "--policy=1: out of range for --num_policies=1 (policies 0-0)"),
+        (["--policy=-1"], "--policy=-1: must be >= 0"),
+        (
+            ["--num_policies=2", "--experiment="],
+            "--experiment: needed with --num_policies=2, so that every policy's learners use "
+            "the same run folder",
+        ),
+    ],
+)
+def test_a_process_refuses_a_policy_it_cannot_be_in_one_line(argv, message):
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", "--secret_file=s", *argv])
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            experiment.learner_job_config_from_flags()
+        if "--experiment=" not in argv:
+            with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+                experiment.actor_job_config_from_flags()
+
+
+def test_a_run_of_several_policies_resumes_with_its_policies_and_all_their_actors(tmp_path):
+    saved = _saved_flags("--num_policies=2", "--batch_size=8")
+    for policy, actors in ((0, 2), (1, 1)):  # 3 actors: 0 and 2 for policy 0, 1 for policy 1
+        folder = tmp_path / f"policy_{policy}"
+        folder.mkdir()
+        (folder / run_folder.FLAGS_FILE).write_text(
+            json.dumps({**saved, "learner_hosts": ["h:1", "h:2"], "actor_hosts": ["h"] * actors})
+        )
+    assert run_folder.policies_in(str(tmp_path)) == [0, 1]
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["run_local.py"])
+        forwarded, learners, actors, note = single_host.run_flags(str(tmp_path))
+    assert forwarded == {"num_policies": 2, "batch_size": 8}
+    assert (learners, actors) == (2, 3)
+    assert "2 learner(s), 3 actor(s)" in note
+    # Its number of policies is the run's: another is refused in one line.
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["run_local.py", "--num_policies=3"])
+        with pytest.raises(ValueError, match=r"^--num_policies=3: .* trains 2 policies; resume"):
+            single_host.run_flags(str(tmp_path))
+
+
+def test_mode_test_plays_the_policy_it_is_given_of_a_run_of_several(tmp_path):
+    for policy in (0, 1):
+        (tmp_path / f"policy_{policy}" / run_folder.CHECKPOINTS).mkdir(parents=True)
+    (tmp_path / "policy_x").mkdir()  # not a policy's folder
+    run = str(tmp_path)
+    assert experiment.policy_checkpoint(run, 1) == os.path.join(run, "policy_1")
+    with pytest.raises(ValueError, match=r"^--checkpoint=.*: a run of 2 policies; give --policy"):
+        experiment.policy_checkpoint(run, None)
+    with pytest.raises(ValueError, match=r"^--policy=2: .* holds policies 0, 1$"):
+        experiment.policy_checkpoint(run, 2)
+    single = tmp_path / "policy_0"
+    assert experiment.policy_checkpoint(str(single), None) == str(single)
+    with pytest.raises(ValueError, match=r"^--policy=0: .* is not the folder of a run of several"):
+        experiment.policy_checkpoint(str(single), 0)
 
 
 def test_run_local_refuses_a_bad_job_flag_in_one_line_before_starting_or_writing_anything(
@@ -250,6 +360,50 @@ def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopp
     role = supervisor.Supervised("actor 0", ["true"], "actor_0.log", max_restarts=5)
     assert not role.schedule_restart(code) and role.given_up
     assert supervisor.Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
+
+
+def test_a_policy_whose_learners_are_done_stops_its_actors_and_the_others_go_on(tmp_path, capsys):
+    def role(name, command, learners=False, max_restarts=0):
+        return supervisor.Supervised(
+            name,
+            ["sh", "-c", command],
+            str(tmp_path / f"{name.replace(' ', '_')}.log"),
+            max_restarts,
+            max_delay=0.1,
+            learners=learners,
+        )
+
+    # Policy 0's learners refuse their flags at once (exit 2: not restarted); policy 1's crash
+    # once (restarted) and then finish after a while, their actor exiting when they do.
+    marker = tmp_path / "crashed_once"
+    groups = [
+        supervisor.Group(
+            role("policy 0 learners", "exit 2", learners=True),
+            [role("policy 0 actor", "sleep 60")],
+        ),
+        supervisor.Group(
+            role(
+                "policy 1 learners",
+                f"if [ -e {marker} ]; then sleep 2; else touch {marker}; exit 1; fi",
+                learners=True,
+                max_restarts=1,
+            ),
+            [role("policy 1 actor", "sleep 3")],
+        ),
+    ]
+    for group in groups:
+        for member in (group.learners, *group.actors):
+            member.start()
+    started = time.monotonic()
+    assert supervisor.supervise(groups, stop_timeout=10) == 2
+    # Policy 0's actor was stopped at once, not after its 60 s; policy 1 ran to its end.
+    assert time.monotonic() - started < 20
+    assert [group.code for group in groups] == [2, 0]
+    assert groups[0].actors[0].process.popen.returncode == -signal.SIGTERM
+    assert groups[1].learners.restarts == 1 and groups[1].actors[0].exit_code() == 0
+    out = capsys.readouterr().out
+    assert "policy 0 learners exited with code 2; stopping their actors" in out
+    assert "policy 1 learners exited with code 1; restarting them" in out
 
 
 def test_run_local_makes_the_tls_bundle_beside_the_secret_only_with_transport_tls(tmp_path):
