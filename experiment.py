@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterable
 
 # TensorFlow's C++ start-up notices (oneDNN, CPU features) are noise for users; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -47,19 +48,36 @@ def learner_config_from_flags() -> configs.LearnerConfig:
     return config_from_flags(configs.LearnerConfig)
 
 
+def pbt_config_from_flags(given: Iterable[str] | None = None) -> configs.PbtConfig:
+    """The `PbtConfig` of the flags; a PBT flag among those `given` (default: the command
+    line's) without --with_pbt is a one-line error."""
+    pbt = config_from_flags(configs.PbtConfig)
+    given = flag_values(only_given=True) if given is None else given
+    configs.pbt.check_given(given, pbt.with_pbt)
+    return pbt
+
+
 def game_config_from_flags() -> configs.GameConfig:
     return config_from_flags(configs.GameConfig)
 
 
-def check_run_flags() -> None:
+def check_run_flags(given: Iterable[str] | None = None) -> None:
     """Raises the one-line error a process of the run would give for its flags, for every check
     that needs no ML stack: the hyperparameters, the game settings, then the job-level flags of
     learners and actors (the roles launchers start; --mode=test checks its own). Launchers run
-    it before starting anything. Which --level_name and --agent_name exist is left to the
-    processes: only Gymnasium and the networks know."""
+    it before starting anything, with the names of the flags they forward as `given`. Which
+    --level_name and --agent_name exist is left to the processes: only Gymnasium and the
+    networks know."""
     learner = learner_config_from_flags()
     game = game_config_from_flags()
-    config_from_flags(configs.LearnerJobConfig, game=game, learner=learner, **_PLACEMENT)
+    config_from_flags(
+        configs.LearnerJobConfig,
+        game=game,
+        learner=learner,
+        pbt=pbt_config_from_flags(given),
+        policy_hosts=("localhost:1",) * FLAGS.num_policies,
+        **_PLACEMENT,
+    )
     config_from_flags(
         configs.ActorJobConfig,
         game=game,
@@ -83,6 +101,7 @@ def learner_job_config_from_flags() -> configs.LearnerJobConfig:
         configs.LearnerJobConfig,
         game=game_config_from_flags(),
         learner=learner_config_from_flags(),
+        pbt=pbt_config_from_flags(),
         flag_values=flag_values(),
     )
 

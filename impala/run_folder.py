@@ -48,6 +48,7 @@ PER_PROCESS_FLAGS = frozenset(
         "mode",
         "secret_file",
         "policy",
+        "policy_hosts",
     }
 )
 

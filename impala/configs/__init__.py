@@ -8,6 +8,7 @@ experiment.py builds the configs from the flags, and each config checks its valu
 
   game.py       GameConfig: how the games are played (every role holds one)
   learner.py    LearnerConfig: the hyperparameters; PRESETS (the paper's values)
+  pbt.py        PbtConfig: population-based training (Sample Factory's flag names)
   roles.py      LearnerJobConfig, ActorJobConfig, LocalConfig, EvalConfig
   addresses.py  the learners' host:port
   declare.py    `setting` and the checks the declarations share
@@ -35,6 +36,7 @@ from impala.configs.learner import (
     LearnerConfig,
     preset_config,
 )
+from impala.configs.pbt import PbtConfig
 from impala.configs.roles import (
     COMPUTE_DTYPES,
     DEFAULT_AGENT_NAME,
@@ -48,7 +50,7 @@ from impala.configs.roles import (
 )
 
 # The configs whose declared fields are experiment.py's flags, in the order --help lists them.
-DECLARING = (GameConfig, LearnerConfig, LearnerJobConfig, ActorJobConfig, EvalConfig)
+DECLARING = (GameConfig, LearnerConfig, PbtConfig, LearnerJobConfig, ActorJobConfig, EvalConfig)
 
 __all__ = [
     "ATARI_FRAME_SKIP",
@@ -71,6 +73,7 @@ __all__ = [
     "LearnerConfig",
     "LearnerJobConfig",
     "LocalConfig",
+    "PbtConfig",
     "check_frame_pooling",
     "check_frame_skip",
     "check_learner_hosts",

@@ -12,7 +12,7 @@ from typing import Any
 
 from impala import run_folder
 from impala.configs import replay
-from impala.configs.addresses import check_learner_hosts
+from impala.configs.addresses import check_learner_hosts, parse_address
 from impala.configs.declare import (
     at_least,
     check_settings,
@@ -25,6 +25,7 @@ from impala.configs.declare import (
 )
 from impala.configs.game import GameConfig
 from impala.configs.learner import LearnerConfig
+from impala.configs.pbt import PbtConfig
 
 # The network a run trains unless told otherwise (`--agent_name`): the Nature DQN's, PPO's Atari
 # network; `--preset=paper` takes the paper's shallow one.
@@ -132,6 +133,12 @@ class LearnerJobConfig(_Connected):
     """
 
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    pbt: PbtConfig = dataclasses.field(default_factory=PbtConfig)
+    policy_hosts: tuple[str, ...] = setting(
+        (),
+        "host:port of the rank-0 learner of each of the run's policies, in policy order "
+        "(launchers set it): --with_pbt looks at the population through them.",
+    )
     queue_capacity: int = setting(
         0,
         "Trajectories a learner queues before actors block (0: one batch, so that the learner "
@@ -202,6 +209,15 @@ class LearnerJobConfig(_Connected):
     def __post_init__(self):
         check_settings(self)
         self.check_policy()
+        self.pbt.check_population(self.num_policies)
+        if self.pbt.with_pbt and len(self.policy_hosts) != self.num_policies:
+            raise ValueError(
+                f"--policy_hosts: names {len(self.policy_hosts)} learners; --with_pbt needs "
+                f"the rank-0 learner of each of the --num_policies={self.num_policies} (the "
+                "launchers give it)"
+            )
+        for address in self.policy_hosts:
+            parse_address(address, "--policy_hosts")
         if self.num_policies > 1 and self.logdir and not self.experiment:
             raise ValueError(
                 f"--experiment: needed with --num_policies={self.num_policies}, so that every "

@@ -143,4 +143,4 @@ def check_hyperparameters(forwarded: Mapping[str, object]) -> None:
     import experiment  # TensorFlow-free at import: it loads a role's stack only to run it
 
     with impala_flags.as_forwarded(forwarded):
-        experiment.check_run_flags()
+        experiment.check_run_flags(given=forwarded)

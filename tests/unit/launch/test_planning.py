@@ -113,6 +113,8 @@ def test_each_policy_gets_its_own_learners_under_its_own_mpirun_and_every_nth_ac
         assert [_flag(actor, "task") for actor in actors] == [str(t) for t in range(len(actors))]
         assert all(_flag(actor, "learner_hosts") == ",".join(hosts[policy]) for actor in actors)
         assert all(_flag(actor, "policy") == str(policy) for actor in actors)
+        # Every policy's learners know each policy's rank 0, through which PBT looks.
+        assert _flag(learner, "policy_hosts") == ",".join(group[0] for group in hosts)
         assert all(_flag(a, "actor_hosts") == ",".join(["localhost"] * len(actors)) for a in actors)
     # One policy: no --policy flag, as before policies existed.
     ((learner, actors),) = single_host.plan(1, 2, [], "py", as_root=False)
@@ -199,6 +201,35 @@ def _check_as_launcher(*argv):
         (["--batch_reuse=0"], "--batch_reuse=0: must be at least 1"),
         (["--num_policies=0"], "--num_policies=0: must be from 1 to 64"),
         (["--num_policies=65"], "--num_policies=65: must be from 1 to 64"),
+        (["--with_pbt"], "--with_pbt: needs --num_policies of at least 2 (a population), not 1"),
+        (
+            ["--num_policies=2", "--pbt_period_env_steps=1e5"],
+            "--pbt_period_env_steps: given without --with_pbt, which it is a setting of",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_replace_fraction=0.6"],
+            "--pbt_replace_fraction=0.6: must be in (0, 0.5]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_replace_fraction=0"],
+            "--pbt_replace_fraction=0.0: must be in (0, 0.5]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_perturb_min=0.8"],
+            "--pbt_perturb_min=0.8, --pbt_perturb_max=1.5: need 1 < min <= max",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_perturb_min=1.6"],
+            "--pbt_perturb_min=1.6, --pbt_perturb_max=1.5: need 1 < min <= max",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_mutation_rate=1.5"],
+            "--pbt_mutation_rate=1.5: must be in [0, 1]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_period_env_steps=0"],
+            "--pbt_period_env_steps=0: must be at least 1",
+        ),
         # The processes apply the preset (batch 32) before checking, and so does the launcher.
         (
             ["--preset=paper", "--queue_capacity=20"],

@@ -1,0 +1,132 @@
+"""Population-based training's settings, `PbtConfig`, under Sample Factory's flag names.
+
+With --with_pbt, every --pbt_period_env_steps frames of its own (from --pbt_start_mutation on)
+each policy's rank-0 learner ranks the run's policies on the mean return of their recent games
+(`impala/learner/pbt.py` says the rule); one in the bottom --pbt_replace_fraction copies a
+top policy's weights and optimiser state when the gap is real, and perturbs the
+hyperparameters being tuned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from impala.configs.declare import (
+    at_least,
+    check_settings,
+    config,
+    declared,
+    flag_name,
+    rule,
+    setting,
+    within,
+)
+
+# The hyperparameters PBT tunes (`Trainer.set_hyperparameters` changes them between steps), and
+# the range each is kept in after a perturbation.
+TUNED = {"learning_rate": (1e-6, 1e-2), "entropy_cost": (1e-5, 0.1)}
+
+
+def check_given(given: Iterable[str], with_pbt: bool) -> None:
+    """Raises a one-line error for a PBT flag among the flags `given` (their names) without
+    --with_pbt."""
+    if with_pbt:
+        return
+    names = {flag_name(field) for field in declared(PbtConfig)} - {"with_pbt"}
+    stray = sorted(names & set(given))
+    if stray:
+        raise ValueError(f"--{stray[0]}: given without --with_pbt, which it is a setting of")
+
+
+def _fraction(name, value) -> None:
+    if not 0 < value <= 0.5:  # NaN too
+        raise ValueError(f"--{name}={value}: must be in (0, 0.5]")
+
+
+@config
+class PbtConfig:
+    """What population-based training does, and how often (`--with_pbt` turns it on)."""
+
+    with_pbt: bool = setting(
+        False,
+        "Population-based training of the run's --num_policies policies (Sample Factory's "
+        "name): each period, a policy among the worst copies the weights and optimiser state of "
+        "one among the best when the gap is real, and perturbs its learning rate and entropy "
+        "cost.",
+    )
+    period_frames: int = setting(
+        1_000_000,
+        "--with_pbt: frames of its own between a policy's looks at the population.",
+        flag="pbt_period_env_steps",
+        frames=True,
+        check=at_least(1),
+    )
+    start_frames: int = setting(
+        2_000_000,
+        "--with_pbt: frames a policy trains before its first look at the population.",
+        flag="pbt_start_mutation",
+        frames=True,
+        check=at_least(0),
+    )
+    replace_fraction: float = setting(
+        0.3,
+        "--with_pbt: the share of the population, rounded up, that counts as the best and as "
+        "the worst.",
+        flag="pbt_replace_fraction",
+        check=_fraction,
+    )
+    mutation_rate: float = setting(
+        0.15,
+        "--with_pbt: the chance that each tuned hyperparameter is perturbed at a look.",
+        flag="pbt_mutation_rate",
+        check=within(0, 1),
+    )
+    replace_reward_gap: float = setting(
+        0.1,
+        "--with_pbt: a worst policy is replaced only if the best one's mean return exceeds its "
+        "own by more than this share of the best one's (absolute) mean return...",
+        flag="pbt_replace_reward_gap",
+        check=rule(lambda value: 0 <= value < math.inf, "must be a finite number >= 0"),
+    )
+    replace_reward_gap_absolute: float = setting(
+        1.0,
+        "--with_pbt: ...and by more than this much.",
+        flag="pbt_replace_reward_gap_absolute",
+        check=rule(lambda value: 0 <= value < math.inf, "must be a finite number >= 0"),
+    )
+    perturb_min: float = setting(
+        1.1,
+        "--with_pbt: a perturbed hyperparameter is multiplied or divided (even odds) by a "
+        "factor drawn uniformly from [--pbt_perturb_min, --pbt_perturb_max].",
+        flag="pbt_perturb_min",
+    )
+    perturb_max: float = setting(1.5, "--with_pbt: see --pbt_perturb_min.", flag="pbt_perturb_max")
+    objective_games: int = setting(
+        50,
+        "--with_pbt: a policy is ranked on the mean return of its last this many games (Sample "
+        "Factory's --stats_avg), counted since it last copied another; with fewer than a "
+        "quarter of them it sits a look out.",
+        flag="pbt_objective_games",
+        check=at_least(4),
+    )
+
+    def __post_init__(self):
+        check_settings(self)
+        if not 1 < self.perturb_min <= self.perturb_max < math.inf:  # NaN too
+            raise ValueError(
+                f"--pbt_perturb_min={self.perturb_min}, --pbt_perturb_max={self.perturb_max}: "
+                "need 1 < min <= max (a factor that multiplies or divides, so around 1 both "
+                "ways)"
+            )
+
+    def check_population(self, num_policies: int) -> None:
+        """Raises a one-line error if PBT is on for fewer than two policies."""
+        if self.with_pbt and num_policies < 2:
+            raise ValueError(
+                f"--with_pbt: needs --num_policies of at least 2 (a population), not {num_policies}"
+            )
+
+    def group_size(self, num_policies: int) -> int:
+        """How many policies count as the best, and as the worst, of `num_policies`."""
+        return math.ceil(self.replace_fraction * num_policies)
