@@ -15,6 +15,7 @@ actors play the same environment with the same network.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -57,8 +58,16 @@ def pbt_config_from_flags(given: Iterable[str] | None = None) -> configs.PbtConf
     return pbt
 
 
+# Policy k of a run of several plays and starts from seed --seed + k x this: no two policies
+# share initial weights or game streams, and runs of one policy keep theirs.
+POLICY_SEED_STRIDE = 1_000_003
+
+
 def game_config_from_flags() -> configs.GameConfig:
-    return config_from_flags(configs.GameConfig)
+    game = config_from_flags(configs.GameConfig)  # checks --seed as given
+    if FLAGS.policy > 0:
+        game = dataclasses.replace(game, seed=game.seed + FLAGS.policy * POLICY_SEED_STRIDE)
+    return game
 
 
 def check_run_flags(given: Iterable[str] | None = None) -> None:

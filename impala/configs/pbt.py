@@ -9,6 +9,7 @@ hyperparameters being tuned.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 
@@ -37,6 +38,41 @@ def check_given(given: Iterable[str], with_pbt: bool) -> None:
     stray = sorted(names & set(given))
     if stray:
         raise ValueError(f"--{stray[0]}: given without --with_pbt, which it is a setting of")
+
+
+def parse_initial(text: str) -> dict[int, dict[str, float]]:
+    """--pbt_initial_hyperparameters read: policy -> tuned hyperparameter -> value ({} for '').
+
+    Raises:
+      ValueError: one line naming the flag and what is wrong.
+    """
+    if not text:
+        return {}
+    flag = "--pbt_initial_hyperparameters"
+    try:
+        by_policy = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{flag}: not JSON ({error})") from None
+    if not isinstance(by_policy, dict):
+        raise ValueError(f"{flag}: must be a JSON object by policy, such as '{{\"1\": {{...}}}}'")
+    parsed = {}
+    for key, values in by_policy.items():
+        if not (key.isdigit() and str(int(key)) == key):
+            raise ValueError(f"{flag}: {key!r} is not a policy index")
+        if not isinstance(values, dict) or not values:
+            raise ValueError(f"{flag}: policy {key}: must be a JSON object of hyperparameters")
+        for name, value in values.items():
+            if name not in TUNED:
+                raise ValueError(
+                    f"{flag}: policy {key}: {name!r} is not one PBT tunes ({', '.join(TUNED)})"
+                )
+            low, high = TUNED[name]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{flag}: policy {key}: {name}={value!r} is not a number")
+            if not low <= value <= high:  # NaN too
+                raise ValueError(f"{flag}: policy {key}: {name}={value} is outside [{low}, {high}]")
+        parsed[int(key)] = {name: float(value) for name, value in values.items()}
+    return parsed
 
 
 def _fraction(name, value) -> None:
@@ -111,6 +147,15 @@ class PbtConfig:
         check=at_least(4),
     )
 
+    initial_hyperparameters: str = setting(
+        "",
+        "--with_pbt: what some policies start with instead of the flags' values, a JSON object "
+        'by policy: \'{"1": {"learning_rate": 1e-5}, "2": {"entropy_cost": 0.02}}\' (the tuned '
+        "hyperparameters: learning_rate, entropy_cost). A resumed run goes on with its own.",
+        flag="pbt_initial_hyperparameters",
+        check=lambda name, value: parse_initial(value) and None,
+    )
+
     def __post_init__(self):
         check_settings(self)
         if not 1 < self.perturb_min <= self.perturb_max < math.inf:  # NaN too
@@ -121,11 +166,22 @@ class PbtConfig:
             )
 
     def check_population(self, num_policies: int) -> None:
-        """Raises a one-line error if PBT is on for fewer than two policies."""
+        """Raises a one-line error if PBT is on for fewer than two policies, or starts a policy
+        the run does not have."""
         if self.with_pbt and num_policies < 2:
             raise ValueError(
                 f"--with_pbt: needs --num_policies of at least 2 (a population), not {num_policies}"
             )
+        beyond = sorted(k for k in parse_initial(self.initial_hyperparameters) if k >= num_policies)
+        if beyond:
+            raise ValueError(
+                f"--pbt_initial_hyperparameters: policy {beyond[0]} is not one of the run's "
+                f"--num_policies={num_policies}"
+            )
+
+    def initial(self, policy: int) -> dict[str, float]:
+        """The hyperparameters `policy` starts with instead of the flags' ({}: none)."""
+        return parse_initial(self.initial_hyperparameters).get(policy, {})
 
     def group_size(self, num_policies: int) -> int:
         """How many policies count as the best, and as the worst, of `num_policies`."""

@@ -361,6 +361,7 @@ def _groups(run_dir: str, plans: list[tuple[list[str], list[list[str]]]]) -> lis
             FLAGS.max_learner_restarts,
             FLAGS.restart_max_delay_secs,
             learners=True,
+            shown_as=f"[policy {policy}] " if owner else "",
         )
         actors = [
             Supervised(

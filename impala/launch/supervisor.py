@@ -54,6 +54,7 @@ class Supervised:
     max_restarts: int
     max_delay: float = 30.0
     learners: bool = False
+    shown_as: str = ""  # put before each line of the learners' output shown in the terminal
     process: Process | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -66,7 +67,9 @@ class Supervised:
         self.started_at = time.monotonic()
         self.due = None
         if self.learners:
-            threading.Thread(target=_copy_output, args=(self.process,), daemon=True).start()
+            threading.Thread(
+                target=_copy_output, args=(self.process, self.shown_as), daemon=True
+            ).start()
 
     def exit_code(self) -> int | None:
         return self.process.popen.poll() if self.process else None
@@ -116,12 +119,13 @@ def _start(name: str, argv: list[str], log_path: str, learners: bool = False) ->
     return Process(name, popen, log_path, learners)
 
 
-def _copy_output(process: Process) -> None:
-    """Shows a process's output in the terminal and keeps it in its log."""
+def _copy_output(process: Process, shown_as: str = "") -> None:
+    """Shows a process's output in the terminal, each line after `shown_as`, and keeps it in its
+    log."""
     with open(process.log_path, "a") as log:
         for line in iter(process.popen.stdout.readline, b""):
             text = line.decode(errors="replace")
-            sys.stdout.write(text)
+            sys.stdout.write(shown_as + text)
             sys.stdout.flush()
             log.write(text)
             log.flush()

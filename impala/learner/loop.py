@@ -69,7 +69,9 @@ def _train(learning: Learning) -> Progress:
         progress.add_frames(int(learners.fresh.sum()) * learning.frames_per_trajectory)
         counters.end_step(progress.frames)
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
-        _record_episodes(learning, progress)
+        episodes = _record_episodes(learning, progress)
+        if learning.population:
+            _take_part_in_pbt(learning, progress.frames, episodes)
         if time.monotonic() >= next_report or progress.done:
             reports.report_progress(learning, progress, stats, learners)
             reports.report_refusals(learning)
@@ -91,13 +93,28 @@ def _publish(learning: Learning, queued, stats: dict) -> None:
     counters.trajectories_by_actor.update(np.asarray(queued.actor_task)[:fresh].tolist())
 
 
-def _record_episodes(learning: Learning, progress: Progress) -> None:
+def _record_episodes(learning: Learning, progress: Progress) -> np.ndarray:
     """Adds every learner's games finished since the last step to the progress and the
-    TensorBoard summaries."""
+    TensorBoard summaries; returns them (a row per game: return, frames, start frames)."""
     episodes = steps.gather_episodes(learning.service, learning.counters)
     progress.add_episode_returns(episodes[:, 0])
     if learning.summaries and len(episodes):
         learning.summaries.episodes(progress.frames, episodes[:, 0], episodes[:, 1], episodes[:, 2])
+    return episodes
+
+
+def _take_part_in_pbt(learning: Learning, frames: int, episodes: np.ndarray) -> None:
+    """--with_pbt: counts the policy's games; at a look, every learner of the policy takes its
+    decision (a copy is published as a new weight version); rank 0 serves the policy's status
+    and, when asked, its state."""
+    population, counters = learning.population, learning.counters
+    population.record(episodes[:, 0])
+    if population.due(frames) and population.look(frames, learning.summaries):
+        counters.version += 1
+        learning.saver.record_published(counters.version)
+        learning.service.publish_weights(counters.version)
+    if learning.topology.is_chief:
+        population.serve(learning.service, frames)
 
 
 def _finish(learning: Learning, progress: Progress) -> dict:
@@ -117,6 +134,8 @@ def _finish(learning: Learning, progress: Progress) -> dict:
     # Calls under way end now: left to the interpreter's exit, the server's threads outlived
     # their pool and held an actor's calls until their deadline.
     service.stop()
+    if learning.population:
+        learning.population.close()
     summary = reports.summary(learning, progress)
     saving.write_summary(learning.run_dir, learning.topology.rank, summary)
     learning.report(f"done: {progress.summary()}")

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -111,6 +111,9 @@ class Saver:
         self._every_secs = every_secs
         self._report = report
         self._next = time.monotonic() + every_secs
+        # Called with the weight version of each checkpoint before it is written (--with_pbt:
+        # what a resume from it must take besides, `population.Population.before_save`).
+        self.before_save: Callable[[int], None] | None = None
 
     def maybe_save(self, frames: int, version: int, training_secs: float) -> None:
         if time.monotonic() >= self._next:
@@ -119,6 +122,8 @@ class Saver:
     def save(self, frames: int, version: int, training_secs: float) -> None:
         if self._checkpointer is None:
             return
+        if self.before_save is not None:
+            self.before_save(version)
         path = self._checkpointer.save(frames, version, training_secs)
         self._report(f"checkpoint {path} at {frames} frames, weight version {version}")
         self._next = time.monotonic() + self._every_secs

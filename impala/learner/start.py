@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
 import networks
-from impala import build, run_tls, transport
+from impala import build, run_folder, run_tls, transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
+from impala.learner.population import Population
 from impala.learner.replay import Mixer, make_encoder
 from impala.learner.state import Counters, EnvInfo, Learning
 from impala.learner.summaries import Summaries
@@ -87,6 +89,19 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         secret=secret,
         tls=tls,
     )
+    population = None
+    if config.pbt.with_pbt:
+        population = Population(
+            config,
+            trainer,
+            list(agent.variables) + list(trainer.optimizer.variables),
+            run_dir,
+            topology.is_chief,
+            chief_report,
+            secret,
+            tls,
+        )
+        population.restore(resumed_from, os.path.join(run_dir, run_folder.CHECKPOINTS))
     counters = Counters()
     start_frames = 0
     if checkpointer:
@@ -103,6 +118,12 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         f"{type(agent).__name__} at {config.learner_hosts[topology.rank]}; frames are emulator "
         f"frames ({env_info.frames_per_step} per agent step)"
     )
+    saver = saving.Saver(
+        checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
+    )
+    if population and run_dir and topology.is_chief:
+        checkpoint_dir = os.path.join(run_dir, run_folder.CHECKPOINTS)
+        saver.before_save = lambda version: population.before_save(checkpoint_dir, version)
     return Learning(
         config=config,
         topology=topology,
@@ -111,9 +132,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         service=service,
         env_info=env_info,
         counters=counters,
-        saver=saving.Saver(
-            checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
-        ),
+        saver=saver,
         report=chief_report,
         summaries=(
             Summaries(run_dir, config.summary_histograms) if run_dir and topology.is_chief else None
@@ -122,6 +141,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         start_frames=start_frames,
         resumed_from=resumed_from,
         mixer=mixer,
+        population=population,
     )
 
 

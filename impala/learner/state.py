@@ -15,6 +15,7 @@ from impala import transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
+from impala.learner.population import Population
 from impala.learner.replay import Mixer
 from impala.learner.summaries import Summaries
 from impala.progress import thread_core_waits
@@ -114,6 +115,7 @@ class Learning:
     start_frames: int  # the frames done when this start began (from the checkpoint)
     resumed_from: str | None  # the checkpoint this start resumed from
     mixer: Mixer | None = None  # with --replay_parameters: mixes each batch from the replays
+    population: Population | None = None  # with --with_pbt: this policy's part in PBT
 
     @property
     def frames_per_trajectory(self) -> int:

@@ -131,6 +131,13 @@ class Summaries:
                     tf.summary.scalar(f"{tag}/distance_mean", distances.mean())
                     tf.summary.scalar(f"{tag}/distance_max", distances.max())
 
+    def pbt(self, frames: int, values: Mapping[str, float]) -> None:
+        """With --with_pbt, at each look: the policy's hyperparameters, objective, generation
+        and the policy it copied (-1: none), each under pbt/."""
+        with self._writer.as_default(step=frames):
+            for name, value in values.items():
+                tf.summary.scalar(f"pbt/{name}", value)
+
     def weights(self, frames: int, variables: Iterable[tf.Variable]) -> None:
         """Histograms of every weight, if this run asked for them."""
         if not self._histograms:

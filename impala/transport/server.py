@@ -115,6 +115,13 @@ class LearnerService:
         self._finished = False
         # The reply to `Weights`: the version, then the weights (see `publish_weights`).
         self._weights_reply = VERSION.pack(NO_WEIGHTS_VERSION)
+        # Population-based training: this policy's status, and snapshots of its whole state,
+        # taken between two steps when another policy's learner asks (`publish_state`).
+        self._status_reply = b"{}"
+        self._state = threading.Condition()
+        self._state_wanted = False
+        self._state_reply = b""
+        self._state_count = 0
         self._authenticator = Authenticator(secret, self._refusals.count_wrong_secret)
         self._server = serving.serve(
             address, self._behaviours(), self._authenticator, spec.max_enqueue_bytes, tls
@@ -155,6 +162,23 @@ class LearnerService:
         flat = _flat_weights(self._variables).numpy() if self._variables else np.zeros(0)
         self._weights_reply = VERSION.pack(version) + flat.astype("<f4").tobytes()
 
+    def publish_status(self, status: bytes) -> None:
+        """Makes `status` (UTF-8 JSON) the answer to `PolicyStatus`."""
+        self._status_reply = status
+
+    @property
+    def state_wanted(self) -> bool:
+        """Whether a `PolicyState` call waits for a snapshot (`publish_state`)."""
+        return self._state_wanted
+
+    def publish_state(self, state: bytes) -> None:
+        """Answers the `PolicyState` calls waiting with `state` (taken between two steps)."""
+        with self._state:
+            self._state_reply = state
+            self._state_count += 1
+            self._state_wanted = False
+            self._state.notify_all()
+
     def dequeue(self, batch_size: int) -> QueuedTrajectories:
         """Blocks until `batch_size` trajectories are queued and returns them, time-major."""
         return self._queue.dequeue(batch_size)
@@ -177,6 +201,8 @@ class LearnerService:
     def stop(self) -> None:
         """Stops serving: calls under way end, and the port is free again."""
         self._finished = True
+        with self._state:
+            self._state.notify_all()  # `PolicyState` calls waiting end now
         self._server.stop(grace=None).wait()
 
     # ---- Methods: run on the server's threads, after the secret was checked --------------------
@@ -189,6 +215,8 @@ class LearnerService:
             wire.method_path("ReportEpisodes"): self._report_episodes,
             wire.method_path("WeightsVersion"): self._weights_version,
             wire.method_path("Weights"): self._weights,
+            wire.method_path("PolicyStatus"): self._policy_status,
+            wire.method_path("PolicyState"): self._policy_state,
         }
 
     def _owns(self, actor_task: int) -> bool:
@@ -293,6 +321,30 @@ class LearnerService:
         reply = self._weights_reply  # one read: the version and the weights it names
         (version,) = VERSION.unpack_from(reply)
         return reply[: VERSION.size] if version in (held, NO_WEIGHTS_VERSION) else reply
+
+    def _policy_status(self, request: bytes, context) -> bytes:
+        if request:
+            raise ProtocolError(f"PolicyStatus of {len(request)} bytes")
+        return self._status_reply
+
+    def _policy_state(self, request: bytes, context) -> bytes:
+        """A snapshot of the learner's state taken after this call came (the learner takes it
+        between two steps), or b'' if none came within `STATE_WAIT_SECS`."""
+        if request:
+            raise ProtocolError(f"PolicyState of {len(request)} bytes")
+        with self._state:
+            asked = self._state_count
+            self._state_wanted = True
+            if not self._state.wait_for(
+                lambda: self._state_count > asked or self._finished, STATE_WAIT_SECS
+            ):
+                return b""
+            return self._state_reply if self._state_count > asked else b""
+
+
+# How long a `PolicyState` call waits for the learner to take its snapshot: a step, or the
+# learner's own look at the population (calls to the other policies).
+STATE_WAIT_SECS = 60.0
 
 
 @tf.function

@@ -17,6 +17,13 @@ Methods (`/impala.Learner/<name>`), each a request and its reply:
 - `WeightsVersion`: empty -> `<q` version (-1: none yet, -2: finished).
 - `Weights`: `<q` the version the caller holds -> `<q` version; then, if it is >= 0 and not
   the caller's, every weight as `<f4`, the variables in order, each flattened.
+- `PolicyStatus` (population-based training: another policy's rank-0 learner asks): empty ->
+  UTF-8 JSON of the policy's state for ranking (`impala/learner/pbt.py`), `{}` before its
+  first step; at most `MAX_STATUS_BYTES`.
+- `PolicyState` (the same, to copy a policy): empty -> `<I` header length, a UTF-8 JSON header
+  (at most `MAX_STATE_HEADER_BYTES`: the policy, its frames and hyperparameters, each
+  variable's shape and dtype), then every variable's values in its dtype, little-endian; empty
+  if the learner could not take a snapshot between two of its steps in time.
 
 An `Enqueue` body holds, one after another and each C-ordered: `prev_action` `<i4` [T + 1, n],
 `reward` `<f4` [T + 1, n], `done` `u1` [T + 1, n] (0 or 1), `observation` [T + 1, n, *shape]
@@ -42,7 +49,16 @@ from impala import run_identity
 from impala.trajectory import Steps
 
 SERVICE = "impala.Learner"
-METHODS = ("Hello", "Room", "Enqueue", "ReportEpisodes", "WeightsVersion", "Weights")
+METHODS = (
+    "Hello",
+    "Room",
+    "Enqueue",
+    "ReportEpisodes",
+    "WeightsVersion",
+    "Weights",
+    "PolicyStatus",
+    "PolicyState",
+)
 # gRPC metadata key of the run secret (lower case, as gRPC requires).
 SECRET_KEY = "impala-secret"
 
@@ -52,6 +68,10 @@ MAX_MESSAGE_BYTES = 3 << 20
 # Limits of the small requests, checked before anything is read from them.
 MAX_HELLO_BYTES = 64 << 10
 MAX_EPISODES_PER_REPORT = 1024
+# Limits of what population-based training's methods answer, checked by the asking learner.
+MAX_STATUS_BYTES = 64 << 10
+MAX_STATE_HEADER_BYTES = 1 << 20
+STATE_HEADER = struct.Struct("<I")
 
 TASK = struct.Struct("<i")
 STATUS = struct.Struct("<i")

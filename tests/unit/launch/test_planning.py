@@ -230,6 +230,38 @@ def _check_as_launcher(*argv):
             ["--num_policies=2", "--with_pbt", "--pbt_period_env_steps=0"],
             "--pbt_period_env_steps=0: must be at least 1",
         ),
+        (
+            ["--num_policies=2", "--with_pbt", '--pbt_initial_hyperparameters={"2": {}}'],
+            "--pbt_initial_hyperparameters: policy 2: must be a JSON object of hyperparameters",
+        ),
+        (
+            [
+                "--num_policies=2",
+                "--with_pbt",
+                '--pbt_initial_hyperparameters={"2": {"learning_rate": 1e-4}}',
+            ],
+            "--pbt_initial_hyperparameters: policy 2 is not one of the run's --num_policies=2",
+        ),
+        (
+            [
+                "--num_policies=2",
+                "--with_pbt",
+                '--pbt_initial_hyperparameters={"1": {"discounting": 0.9}}',
+            ],
+            "--pbt_initial_hyperparameters: policy 1: 'discounting' is not one PBT tunes",
+        ),
+        (
+            [
+                "--num_policies=2",
+                "--with_pbt",
+                '--pbt_initial_hyperparameters={"1": {"learning_rate": 1}}',
+            ],
+            "--pbt_initial_hyperparameters: policy 1: learning_rate=1 is outside [1e-06, 0.01]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_initial_hyperparameters=[1]"],
+            "--pbt_initial_hyperparameters: must be a JSON object by policy",
+        ),
         # The processes apply the preset (batch 32) before checking, and so does the launcher.
         (
             ["--preset=paper", "--queue_capacity=20"],

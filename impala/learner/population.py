@@ -1,0 +1,377 @@
+"""The learner's side of population-based training (--with_pbt): `Population`.
+
+Each policy's rank-0 learner serves its status and, when asked, a snapshot of its whole state
+(weights, optimiser state, hyperparameters) through its learner service; at each look it asks
+the other policies' rank-0 learners (`--policy_hosts`) for theirs, decides by `pbt.decide`, and
+copies a donor's state when the rule says so. Its learners take the decision together: rank 0
+broadcasts it and, after a copy, its variables (Horovod, within the policy's learners only).
+
+What it keeps across a restart: the hyperparameters, the frames of the next look and the
+number of copies, for each checkpoint, in `pbt_state.json` beside the checkpoints (written
+before the checkpoint, so that the checkpoint a resume restores always has its entry). Every
+look is a line of `pbt.jsonl` in the policy's folder, and points under pbt/ in TensorBoard.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from impala import run_folder
+from impala.configs import LearnerJobConfig
+from impala.learner import allreduce, checkpoints, pbt
+from impala.learner.optimise import Trainer
+from impala.transport import wire
+from impala.transport.peers import PolicyPeer
+
+STATE_FILE = "pbt_state.json"
+LOG_FILE = "pbt.jsonl"
+# How long rank 0 waits for another policy's status, and for its state (which that learner
+# takes between two of its steps: `server.STATE_WAIT_SECS`).
+STATUS_TIMEOUT_SECS = 5.0
+STATE_TIMEOUT_SECS = 90.0
+
+
+class PbtStateError(ValueError):
+    """A file or a peer's answer that population-based training cannot use (one line)."""
+
+
+class Population:
+    """One learner's part in population-based training among the run's policies."""
+
+    def __init__(
+        self,
+        config: LearnerJobConfig,
+        trainer: Trainer,
+        variables: Sequence[tf.Variable],
+        run_dir: str,
+        is_chief: bool,
+        report: Callable[[str], None],
+        secret: str,
+        tls=None,
+    ):
+        """Args:
+        variables: everything a copy carries, in a fixed order: the network's variables, then
+          the optimiser's.
+        run_dir: the policy's folder ('' without one: nothing is kept or logged).
+        """
+        self._pbt = config.pbt
+        self._policy = config.policy_index
+        self._seed = config.game.seed
+        self._trainer = trainer
+        self._variables = list(variables)
+        self._run_dir = run_dir
+        self._is_chief = is_chief
+        self._report = report
+        self._returns: collections.deque[float] = collections.deque(
+            maxlen=config.pbt.objective_games
+        )
+        self.next_look = max(config.pbt.start_frames, config.pbt.period_frames)
+        self.generation = 0
+        self._peers: dict[int, PolicyPeer] = {}
+        if is_chief:
+            limit = wire.STATE_HEADER.size + wire.MAX_STATE_HEADER_BYTES + _state_bytes(variables)
+            self._peers = {
+                policy: PolicyPeer(address, secret, limit, tls)
+                for policy, address in enumerate(config.policy_hosts)
+                if policy != self._policy
+            }
+
+    # ---- Across restarts ----------------------------------------------------------------------
+
+    def restore(self, checkpoint: str | None, checkpoint_dir: str) -> None:
+        """Takes the hyperparameters, next look and copies kept for `checkpoint` (the one the
+        learners resumed from; None: a new run keeps the config's), on every learner.
+
+        Raises:
+          PbtStateError: the state file is damaged (one line naming it).
+        """
+        entry = None
+        if checkpoint and self._is_chief:
+            entry = _read_state(checkpoint_dir).get(os.path.basename(checkpoint))
+            if entry is None:
+                self._report(
+                    f"pbt: {os.path.join(checkpoint_dir, STATE_FILE)} has no entry for "
+                    f"{checkpoint}; going on with the flags' hyperparameters"
+                )
+        entry = allreduce.broadcast_object_from_chief(entry)
+        initial = self._pbt.initial(self._policy)
+        if not checkpoint and initial:
+            self._trainer.set_hyperparameters(**initial)
+            self._report(f"pbt: policy {self._policy} starts with {_describe(initial)}")
+        if entry:
+            self._trainer.set_hyperparameters(**entry["hyperparameters"])
+            self.next_look, self.generation = entry["next_look"], entry["generation"]
+            self._report(
+                f"pbt: resumed with {_describe(entry['hyperparameters'])}, {self.generation} "
+                f"copies so far, next look at {self.next_look} frames"
+            )
+
+    def before_save(self, checkpoint_dir: str, version: int) -> None:
+        """Records, for the checkpoint about to be written at weight `version`, what a resume
+        from it must take (rank 0, before the checkpoint is written)."""
+        kept, _ = checkpoints.listed(checkpoint_dir)
+        names = {os.path.basename(path) for path in kept}
+        entries = {
+            name: entry
+            for name, entry in _read_state(checkpoint_dir, quiet=True).items()
+            if name in names
+        }
+        entries[os.path.basename(checkpoints.path_of(checkpoint_dir, version))] = {
+            "hyperparameters": self._hyperparameters(),
+            "next_look": self.next_look,
+            "generation": self.generation,
+        }
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        run_folder.write_json(os.path.join(checkpoint_dir, STATE_FILE), entries, sort_keys=True)
+
+    # ---- Every step ---------------------------------------------------------------------------
+
+    def record(self, returns: np.ndarray) -> None:
+        """Adds this policy's games finished since the last step."""
+        self._returns.extend(float(value) for value in returns)
+
+    def status(self, frames: int) -> pbt.Status:
+        return pbt.Status(
+            policy=self._policy,
+            frames=frames,
+            games=len(self._returns),
+            objective=pbt.objective(self._returns, self._pbt.objective_games),
+            hyperparameters=self._hyperparameters(),
+            generation=self.generation,
+        )
+
+    def serve(self, service, frames: int) -> None:
+        """Rank 0: publishes this policy's status, and a snapshot of its state if asked."""
+        service.publish_status(self.status(frames).encode())
+        if service.state_wanted:
+            service.publish_state(self._encode_state(frames))
+
+    def due(self, frames: int) -> bool:
+        return frames >= self.next_look
+
+    # ---- A look -------------------------------------------------------------------------------
+
+    def look(self, frames: int, summaries=None) -> bool:
+        """Every learner of the policy, at the same step: decides (rank 0) and applies the
+        decision. Returns whether the weights changed (a copy)."""
+        decision, hyperparameters, note = None, None, {}
+        if self._is_chief:
+            decision, hyperparameters, note = self._decide(frames)
+        decision, hyperparameters = allreduce.broadcast_object_from_chief(
+            (decision, hyperparameters)
+        )
+        copied = decision.action == pbt.REPLACE
+        if copied:
+            allreduce.broadcast_from_chief(self._variables)
+            self._returns.clear()
+            self.generation += 1
+        before = self._hyperparameters()
+        self._trainer.set_hyperparameters(**hyperparameters)
+        self.next_look = frames + self._pbt.period_frames
+        if self._is_chief:
+            self._log(frames, decision, before, note, summaries)
+        return copied
+
+    def _decide(self, frames: int) -> tuple[pbt.Decision, dict[str, float], dict]:
+        """Rank 0: the decision and the hyperparameters to go on with."""
+        me = self.status(frames)
+        others = []
+        for policy, peer in self._peers.items():
+            answer = peer.status(STATUS_TIMEOUT_SECS)
+            status = pbt.Status.decode(answer, policy) if answer is not None else None
+            if status is not None:
+                others.append(status)
+        rng = random.Random(f"{self._seed}/{self._policy}/{frames}")
+        decision = pbt.decide(me, others, self._pbt, rng)
+        note = {"objective": me.objective, "games": me.games, "answered": len(others)}
+        hyperparameters = dict(me.hyperparameters)
+        if decision.action == pbt.REPLACE:
+            try:
+                donor = self._copy(decision.donor)
+            except PbtStateError as error:
+                decision = pbt.Decision(pbt.SIT_OUT, str(error), ranking=decision.ranking)
+            else:
+                hyperparameters = donor["hyperparameters"]
+                note |= {"donor_frames": donor["frames"], "donor_generation": donor["generation"]}
+        if decision.action in (pbt.MUTATE, pbt.REPLACE):
+            hyperparameters = pbt.perturb(hyperparameters, self._pbt, rng)
+        return decision, hyperparameters, note
+
+    def _copy(self, donor: int) -> dict:
+        """Rank 0: assigns policy `donor`'s state to this learner's variables; returns its
+        header. Raises PbtStateError (nothing assigned) if it did not come or is unusable."""
+        started = time.monotonic()
+        answer = self._peers[donor].state(STATE_TIMEOUT_SECS)
+        if answer is None:
+            raise PbtStateError(
+                f"policy {donor}'s state did not come within {STATE_TIMEOUT_SECS:.0f} s"
+            )
+        header, arrays = decode_state(answer, donor, self._variables)
+        for variable, values in zip(self._variables, arrays, strict=True):
+            variable.assign(values)
+        self._report(
+            f"pbt: copied policy {donor}'s state ({len(answer) / 2**20:.1f} MiB, "
+            f"{time.monotonic() - started:.1f} s)"
+        )
+        return header
+
+    def _log(self, frames, decision: pbt.Decision, before, note, summaries) -> None:
+        after = self._hyperparameters()
+        line = {
+            "time": time.time(),
+            "frames": frames,
+            "policy": self._policy,
+            "action": decision.action,
+            "donor": decision.donor,
+            "why": decision.why,
+            "ranking": list(decision.ranking),
+            "generation": self.generation,
+            "hyperparameters_before": before,
+            "hyperparameters": after,
+            **note,
+        }
+        if self._run_dir:
+            with open(os.path.join(self._run_dir, LOG_FILE), "a") as log:
+                log.write(json.dumps(line) + "\n")
+        donor = f" policy {decision.donor}" if decision.donor is not None else ""
+        self._report(
+            f"pbt: look at {frames} frames: {decision.action}{donor} ({decision.why}); "
+            f"{_describe(after)}"
+        )
+        if summaries:
+            objective = note.get("objective")
+            summaries.pbt(
+                frames,
+                {
+                    **after,
+                    "generation": self.generation,
+                    "copied_from": -1 if decision.donor is None else decision.donor,
+                    **({"objective": objective} if objective is not None else {}),
+                },
+            )
+
+    def _hyperparameters(self) -> dict[str, float]:
+        values = dataclasses.asdict(self._trainer.hyperparameters)
+        return {name: float(values[name]) for name in pbt.TUNED}
+
+    def _encode_state(self, frames: int) -> bytes:
+        header = {
+            "policy": self._policy,
+            "frames": frames,
+            "generation": self.generation,
+            "hyperparameters": self._hyperparameters(),
+            "variables": [[list(v.shape), v.dtype.name] for v in self._variables],
+        }
+        encoded = json.dumps(header).encode()
+        body = b"".join(_little_endian(v.numpy()).tobytes() for v in self._variables)
+        return wire.STATE_HEADER.pack(len(encoded)) + encoded + body
+
+    def close(self) -> None:
+        for peer in self._peers.values():
+            peer.close()
+
+
+def decode_state(
+    data: bytes, donor: int, variables: Sequence[tf.Variable]
+) -> tuple[dict, list[np.ndarray]]:
+    """The header and the values of a `PolicyState` answer from policy `donor`, checked against
+    `variables` (the same shapes and dtypes, finite floats).
+
+    Raises:
+      PbtStateError: one line saying what is wrong; nothing was assigned.
+    """
+    where = f"policy {donor}'s state"
+    if len(data) < wire.STATE_HEADER.size:
+        raise PbtStateError(f"{where}: {len(data)} bytes, too short for its header")
+    (size,) = wire.STATE_HEADER.unpack_from(data)
+    if size > min(wire.MAX_STATE_HEADER_BYTES, len(data) - wire.STATE_HEADER.size):
+        raise PbtStateError(f"{where}: a header of {size} bytes does not fit")
+    try:
+        header = json.loads(data[wire.STATE_HEADER.size : wire.STATE_HEADER.size + size].decode())
+        expected = [[list(v.shape), v.dtype.name] for v in variables]
+        sound = (
+            isinstance(header, dict)
+            and header.get("policy") == donor
+            and header.get("variables") == expected
+            and pbt.hyperparameters_are_sound(header.get("hyperparameters"))
+            and all(
+                isinstance(header.get(k), int) and header[k] >= 0 for k in ("frames", "generation")
+            )
+        )
+    except (ValueError, UnicodeDecodeError):
+        sound = False
+    if not sound:
+        raise PbtStateError(f"{where}: its header does not describe this policy's variables")
+    offset, arrays = wire.STATE_HEADER.size + size, []
+    for variable in variables:
+        dtype = np.dtype(variable.dtype.as_numpy_dtype).newbyteorder("<")
+        count = math.prod(variable.shape)
+        end = offset + count * dtype.itemsize
+        if end > len(data):
+            raise PbtStateError(f"{where}: {len(data)} bytes, fewer than its variables take")
+        values = np.frombuffer(data, dtype, count, offset).reshape(variable.shape)
+        if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+            raise PbtStateError(f"{where}: holds values that are not finite")
+        arrays.append(values.astype(dtype.newbyteorder("=")))
+        offset = end
+    if offset != len(data):
+        raise PbtStateError(f"{where}: {len(data) - offset} bytes more than its variables take")
+    return header, arrays
+
+
+def _little_endian(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, values.dtype.newbyteorder("<"))
+
+
+def _state_bytes(variables: Sequence[tf.Variable]) -> int:
+    return sum(math.prod(v.shape) * v.dtype.size for v in variables)
+
+
+def _describe(hyperparameters) -> str:
+    return ", ".join(f"{name} {value:.3g}" for name, value in hyperparameters.items())
+
+
+def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
+    """The entries of `pbt_state.json` ({} if there is none).
+
+    Raises:
+      PbtStateError: one line naming the file, if it is not what this module writes (unless
+        `quiet`, which gives {} and leaves it to be rewritten).
+    """
+    path = os.path.join(checkpoint_dir, STATE_FILE)
+    try:
+        with open(path, "rb") as f:
+            entries = json.loads(f.read().decode())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        if quiet:
+            return {}
+        raise PbtStateError(f"{path}: cannot be read as JSON ({error})") from None
+    if isinstance(entries, dict) and all(_is_entry(entry) for entry in entries.values()):
+        return entries
+    if quiet:
+        return {}
+    raise PbtStateError(f"{path}: not population-based training's state file")
+
+
+def _is_entry(entry: object) -> bool:
+    return (
+        isinstance(entry, dict)
+        and set(entry) == {"hyperparameters", "next_look", "generation"}
+        and pbt.hyperparameters_are_sound(entry["hyperparameters"])
+        and all(
+            isinstance(entry[k], int) and not isinstance(entry[k], bool) and entry[k] >= 0
+            for k in ("next_look", "generation")
+        )
+    )

@@ -1,0 +1,61 @@
+"""A policy's rank-0 learner asking another policy's (population-based training): `PolicyPeer`.
+
+Calls carry the run secret, as an actor's do; the answers are only read up to the limits
+`wire.py` sets for them and what the asking learner expects (`max_state_bytes`), and what they
+say is checked by the caller (`impala/learner/pbt.py`), since a peer is another process that
+may be anything.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from impala.transport import wire
+
+
+class PolicyPeer:
+    """Another policy's rank-0 learner, as one learner asks it for its status and state."""
+
+    def __init__(self, address: str, secret: str, max_state_bytes: int, tls=None):
+        """A channel to the learner at `address` ("host:port"); nothing is sent yet.
+
+        Args:
+          max_state_bytes: the largest `PolicyState` answer read (larger ones end the call).
+          tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
+        """
+        self.address = address
+        self._metadata = ((wire.SECRET_KEY, secret),)
+        options = [("grpc.max_receive_message_length", max_state_bytes)]
+        if tls is None:
+            self._channel = grpc.insecure_channel(address, options=options)
+        else:
+            from impala import run_tls
+
+            self._channel = grpc.secure_channel(
+                address,
+                run_tls.channel_credentials(tls),
+                options=options + list(run_tls.CHANNEL_OPTIONS),
+            )
+        self._status = self._channel.unary_unary(wire.method_path("PolicyStatus"))
+        self._state = self._channel.unary_unary(wire.method_path("PolicyState"))
+
+    def status(self, timeout_secs: float) -> bytes | None:
+        """Its `PolicyStatus` answer (unchecked JSON bytes), or None if it did not answer in
+        time or answered more than `wire.MAX_STATUS_BYTES`."""
+        answer = self._ask(self._status, timeout_secs)
+        return answer if answer is not None and len(answer) <= wire.MAX_STATUS_BYTES else None
+
+    def state(self, timeout_secs: float) -> bytes | None:
+        """Its `PolicyState` answer (unchecked), or None if it did not answer in time or had
+        no snapshot to give."""
+        answer = self._ask(self._state, timeout_secs)
+        return answer or None
+
+    def _ask(self, method, timeout_secs: float) -> bytes | None:
+        try:
+            return method(b"", timeout=timeout_secs, metadata=self._metadata)
+        except grpc.RpcError:
+            return None
+
+    def close(self) -> None:
+        self._channel.close()

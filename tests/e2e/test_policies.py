@@ -1,0 +1,97 @@
+"""Several policies in one run, with population-based training, through the real processes
+(run_local.py: each policy's learner and actor over gRPC): a policy started with a useless
+learning rate copies the better one within the budget and then plays as well; stopped after the
+copy and resumed by the same command, each policy goes on with its own hyperparameters."""
+
+import json
+import re
+import signal
+
+import pytest
+
+from impala.envs import catch
+from tests.helpers import Processes, processes_with, read_text, run_local_argv, wait_until
+
+pytestmark = pytest.mark.slow
+
+FRAMES = 36_000  # each policy's
+USELESS_LEARNING_RATE = 1e-6
+
+
+def _argv(runs):
+    return run_local_argv(
+        runs,
+        "--experiment=population",
+        "--num_policies=2",
+        "--num_actors=2",
+        *catch.QUICK_LEARNING_FLAGS,
+        f"--total_environment_frames={FRAMES}",
+        "--save_every_secs=5",
+        "--with_pbt",
+        f'--pbt_initial_hyperparameters={{"1": {{"learning_rate": {USELESS_LEARNING_RATE}}}}}',
+        "--pbt_start_mutation=14000",
+        "--pbt_period_env_steps=6000",
+        "--pbt_objective_games=40",
+        "--pbt_replace_reward_gap_absolute=0.4",
+    )
+
+
+def _looks(policy_dir) -> list[dict]:
+    return [json.loads(line) for line in read_text(policy_dir / "pbt.jsonl").splitlines()]
+
+
+def test_a_useless_policy_copies_the_better_one_then_learns_and_a_resume_keeps_each_ones(tmp_path):
+    runs = tmp_path / "runs"
+    run_dir = runs / "population"
+    processes = Processes(str(tmp_path))
+    try:
+        first = processes.start("first", _argv(runs))
+        # Stopped (SIGTERM, as a scheduler stops it) once policy 1 has copied policy 0.
+        wait_until(
+            lambda: (
+                any(look["action"] == "replace" for look in _looks(run_dir / "policy_1"))
+                or first.poll() is not None
+            ),
+            400,
+            lambda: processes.log(first)[-3000:],
+        )
+        assert first.poll() is None, processes.log(first)[-3000:]
+        first.send_signal(signal.SIGTERM)
+        assert processes.wait(first, 120) == 130, processes.log(first)[-3000:]
+        assert processes_with(str(run_dir)) == []
+        again = processes.start("again", _argv(runs))
+        assert processes.wait(again, 400) == 0, processes.log(again)[-3000:]
+    finally:
+        processes.kill_all()
+
+    copied = next(look for look in _looks(run_dir / "policy_1") if look["action"] == "replace")
+    assert copied["donor"] == 0 and copied["generation"] == 1
+    assert copied["hyperparameters_before"]["learning_rate"] == USELESS_LEARNING_RATE
+    # The donor's learning rate (the flags' 1e-3), perturbed or not: never the useless one.
+    assert 1e-3 / 1.5 <= copied["hyperparameters"]["learning_rate"] <= 1e-3 * 1.5
+    # Policy 0 was never among the worst of two: it kept its own weights.
+    assert all(look["action"] in ("keep", "sit out") for look in _looks(run_dir / "policy_0"))
+
+    # Each policy's own folder: checkpoints, flags, summaries and its closing summary.
+    for policy in (0, 1):
+        folder = run_dir / f"policy_{policy}"
+        summary = json.loads((folder / "learner_0.json").read_text())
+        assert summary["frames"] == FRAMES
+        assert (folder / "flags.json").exists() and any(folder.glob("events.out.tfevents.*"))
+        assert json.loads((folder / "flags.json").read_text())["policy"] == policy
+    assert (run_dir / "secret").exists() and not (run_dir / "policy_0" / "secret").exists()
+
+    # The resume went on with the hyperparameters of the checkpoint it resumed from: those of
+    # the last look before it, after the copy (not the initial ones).
+    log = read_text(run_dir / "policy_1" / "learners.log")
+    resumed = log[log.rindex("resumed from") :]
+    done = int(re.search(r"resumed from \S+: (\d+) frames done", resumed)[1])
+    last = [look for look in _looks(run_dir / "policy_1") if look["frames"] <= done][-1]
+    assert last["generation"] == 1
+    lr = last["hyperparameters"]["learning_rate"]
+    assert f"pbt: resumed with learning_rate {lr:.3g}, " in resumed and "1 copies so far" in resumed
+    assert "pbt: policy 1 starts with" not in resumed
+
+    # After the copy, policy 1 plays as well as Catch's learning test asks of a learned policy.
+    final = json.loads((run_dir / "policy_1" / "learner_0.json").read_text())
+    assert final["mean_return"] >= 0.5, final

@@ -1,0 +1,193 @@
+"""Population-based training's rule (`impala/learner/pbt.py`) and what a learner accepts from
+another policy's (`impala/learner/population.py`): statuses and states as a hostile peer could
+send them."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from impala.configs import PbtConfig
+from impala.learner import pbt, population
+from impala.transport import wire
+
+HYPERPARAMETERS = {"learning_rate": 2.5e-4, "entropy_cost": 0.01}
+
+
+def _status(policy, objective, games=50, hyperparameters=HYPERPARAMETERS):
+    return pbt.Status(policy, 1000, games, objective, dict(hyperparameters), 0)
+
+
+def _decide(me, *others, seed=0, **settings):
+    config = PbtConfig(with_pbt=True, **settings)
+    return pbt.decide(me, others, config, random.Random(seed))
+
+
+def test_the_worst_copies_one_of_the_best_when_the_gap_is_real():
+    # Four policies at 0.3: ceil(1.2) = 2 best and 2 worst.
+    others = [_status(1, 15.0), _status(2, 10.0), _status(3, 0.0)]
+    decision = _decide(_status(0, -20.0), *others)
+    assert decision.action == pbt.REPLACE and decision.donor in (1, 2)
+    assert decision.ranking == (1, 2, 3, 0)
+    # Every donor the draw can give is among the best two.
+    donors = {_decide(_status(0, -20.0), *others, seed=seed).donor for seed in range(40)}
+    assert donors == {1, 2}
+    # The best keep everything; the middle does not exist here (2 + 2 = 4): policy 3 is worst.
+    assert _decide(_status(1, 15.0), _status(0, -20.0), others[1], others[2]).action == pbt.KEEP
+    assert _decide(_status(3, 0.0), _status(0, -20.0), *others[:2]).action == pbt.REPLACE
+
+
+def test_a_gap_within_the_threshold_mutates_instead_and_holds_for_negative_returns():
+    # Pong's returns are negative for a long time: -19 against -20 is a gap of 1.0, not more
+    # than max(1.0, 0.1 x 19); -15 against -20 is (5.0 > max(1.0, 0.1 x 15)).
+    assert _decide(_status(0, -20.0), _status(1, -19.0)).action == pbt.MUTATE
+    replaced = _decide(_status(0, -20.0), _status(1, -15.0))
+    assert replaced.action == pbt.REPLACE and "by 5.00 > 1.50" in replaced.why
+    # Relative to the donor's own size: 18 against 17.5 is not a gap at 10%.
+    assert _decide(_status(0, 17.5), _status(1, 18.0)).action == pbt.MUTATE
+    near_zero = _decide(
+        _status(0, -0.5), _status(1, 0.0), replace_reward_gap_absolute=0.1
+    )  # 0.5 > max(0.1, 0.1 x 0)
+    assert near_zero.action == pbt.REPLACE
+
+
+def test_policies_too_new_to_be_ranked_sit_out_or_are_left_out():
+    assert _decide(_status(0, None, games=5), _status(1, 10.0)).action == pbt.SIT_OUT
+    alone = _decide(_status(0, 3.0), _status(1, None, games=2))
+    assert alone.action == pbt.SIT_OUT and alone.ranking == (0,)
+    assert pbt.objective([1.0] * 11, 50) is None  # fewer than a quarter of 50
+    assert pbt.objective([0.0] * 40 + [1.0] * 20, 50) == pytest.approx(20 / 50)
+
+
+def test_ties_rank_the_lower_index_first_and_the_middle_mutates():
+    statuses = [_status(k, 1.0 if k else 5.0) for k in range(6)]  # 6 x 0.3: 2 best, 2 worst
+    decision = _decide(statuses[2], *(s for s in statuses if s.policy != 2))
+    assert decision.ranking == (0, 1, 2, 3, 4, 5)
+    assert decision.action == pbt.MUTATE and "neither among the best nor the worst" in decision.why
+
+
+def test_perturbing_multiplies_or_divides_within_the_range_and_keeps_the_bounds():
+    config = PbtConfig(with_pbt=True, mutation_rate=1.0, perturb_min=1.2, perturb_max=1.5)
+    rng = random.Random(1)
+    ratios = []
+    for _ in range(200):
+        changed = pbt.perturb(HYPERPARAMETERS, config, rng)
+        ratios += [changed[name] / HYPERPARAMETERS[name] for name in HYPERPARAMETERS]
+    up = [r for r in ratios if r > 1]
+    down = [r for r in ratios if r < 1]
+    assert all(1.2 <= r <= 1.5 for r in up) and all(1 / 1.5 <= r <= 1 / 1.2 for r in down)
+    assert 0.35 < len(up) / len(ratios) < 0.65
+    # Never perturbed at rate 0; kept within the tuned range at its edge.
+    never = PbtConfig(with_pbt=True, mutation_rate=0.0)
+    assert pbt.perturb(HYPERPARAMETERS, never, rng) == HYPERPARAMETERS
+    edge = {"learning_rate": 1e-2, "entropy_cost": 0.1}
+    for _ in range(20):
+        bounded = pbt.perturb(edge, config, rng)
+        assert bounded["learning_rate"] <= 1e-2 and bounded["entropy_cost"] <= 0.1
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"",
+        b"\xff\xfe",
+        b"[]",
+        b'{"policy": 1}',
+        json.dumps({**_status(1, 1.0).__dict__, "policy": 2}).encode(),  # another policy
+        json.dumps({**_status(1, 1.0).__dict__, "objective": "NaN"}).encode(),
+        json.dumps({**_status(1, 1.0).__dict__, "frames": -1}).encode(),
+        json.dumps({**_status(1, 1.0).__dict__, "games": True}).encode(),
+        json.dumps(
+            {**_status(1, 1.0).__dict__, "hyperparameters": {"learning_rate": 1.0}}
+        ).encode(),
+        json.dumps(
+            {**_status(1, 1.0).__dict__, "hyperparameters": {**HYPERPARAMETERS, "x": 1}}
+        ).encode(),
+    ],
+)
+def test_a_status_that_is_not_a_sound_one_of_the_policy_asked_is_left_out(answer):
+    assert pbt.Status.decode(answer, 1) is None
+
+
+def test_a_status_round_trips():
+    status = _status(3, -2.5)
+    assert pbt.Status.decode(status.encode(), 3) == status
+    assert pbt.Status.decode(_status(3, None, games=1).encode(), 3).objective is None
+
+
+class _Trainer:
+    def __init__(self):
+        from impala.learner.optimise import Hyperparameters
+
+        self.hyperparameters = Hyperparameters(**HYPERPARAMETERS)
+
+
+def _variables():
+    return [
+        tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        tf.Variable(np.int64(7)),
+    ]
+
+
+def _state_of(variables, policy=1):
+    config = _config(policy)
+    member = population.Population(config, _Trainer(), variables, "", False, print, "0" * 64)
+    return member._encode_state(1234)
+
+
+def _config(policy):
+    from impala.configs import LearnerJobConfig
+
+    return LearnerJobConfig(
+        num_policies=2,
+        policy_index=policy,
+        experiment="run",
+        secret_file="s",
+        pbt=PbtConfig(with_pbt=True),
+        policy_hosts=("localhost:1", "localhost:2"),
+    )
+
+
+def test_a_state_round_trips_into_variables_of_the_same_shapes_and_dtypes():
+    data = _state_of(_variables())
+    header, arrays = population.decode_state(data, 1, _variables())
+    assert header["frames"] == 1234 and header["hyperparameters"] == HYPERPARAMETERS
+    assert np.array_equal(arrays[0], np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert arrays[1].dtype == np.int64 and int(arrays[1]) == 7
+
+
+def _with_header(data, **changes):
+    (size,) = wire.STATE_HEADER.unpack_from(data)
+    header = json.loads(data[4 : 4 + size]) | changes
+    encoded = json.dumps(header).encode()
+    return wire.STATE_HEADER.pack(len(encoded)) + encoded + data[4 + size :]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: d[:2], "too short for its header"),
+        (lambda d: wire.STATE_HEADER.pack(1 << 30) + d[4:], "a header of 1073741824 bytes"),
+        (lambda d: d[:4] + b"\xff" * (len(d) - 4), "its header does not describe"),
+        (lambda d: _with_header(d, policy=0), "its header does not describe"),
+        (lambda d: _with_header(d, variables=[[[3, 2], "float32"], [[], "int64"]]), "describe"),
+        (lambda d: _with_header(d, hyperparameters={"learning_rate": 5.0}), "describe"),
+        (lambda d: _with_header(d, frames=-3), "its header does not describe"),
+        (lambda d: d[:-1], "fewer than its variables take"),
+        (lambda d: d + b"\0", "1 bytes more than its variables take"),
+    ],
+)
+def test_a_damaged_or_foreign_state_is_refused_in_one_line_and_nothing_is_assigned(damage, message):
+    variables = _variables()
+    with pytest.raises(population.PbtStateError, match=message) as error:
+        population.decode_state(damage(_state_of(variables)), 1, variables)
+    assert str(error.value).startswith("policy 1's state: ") and "\n" not in str(error.value)
+
+
+def test_a_state_with_values_that_are_not_finite_is_refused():
+    variables = _variables()
+    variables[0].assign(np.full((2, 3), np.nan, np.float32))
+    with pytest.raises(population.PbtStateError, match="not finite"):
+        population.decode_state(_state_of(variables), 1, _variables())
