@@ -4,6 +4,7 @@
   python plot.py runs/pong-a runs/pong-b --smooth=50 --title="Pong, 2 seeds"
   python plot.py runs/pong-c benchmarks/curves/pong-b4-s0.csv --window_frames=5e5
   python plot.py runs/pong-d --by_parity     # its games begun on odd and on even frames apart
+  python plot.py runs/population             # a run of several policies: one curve each
 
 Reads the TensorBoard event files the learner writes into a run folder, or a curve file (the
 `curve.csv` `make bench-learning` writes beside its results, one row per game: what outlives
@@ -26,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags
 
+from impala import run_folder
 from impala.curves import CurveError, curve_file, drawing, load_curve, parity, run_names, summary
 
 FLAGS = flags.FLAGS
@@ -93,6 +95,7 @@ def plot_runs(
         if len(run_folders) != 1:
             raise CurveError(f"--csv_out={csv_out}: give one run, not {len(run_folders)}")
         drawing.check_out(csv_out, "--csv_out", "curve.csv")
+    run_folders = with_policies(run_folders)
     curves = [
         load_curve(folder, name, smooth)
         for folder, name in zip(run_folders, run_names(run_folders), strict=True)
@@ -109,6 +112,16 @@ def plot_runs(
     if window_frames:
         lines += [summary.window_line(curve, window_frames) for curve in drawn]
     return lines
+
+
+def with_policies(paths: list[str]) -> list[str]:
+    """`paths`, with the folder of a run of several policies (`--num_policies`) in place of its
+    policies' folders: each policy is drawn as a run."""
+    expanded = []
+    for path in paths:
+        policies = run_folder.policies_in(path) if os.path.isdir(path) else []
+        expanded += [run_folder.policy_path(path, policy) for policy in policies] or [path]
+    return expanded
 
 
 def main(argv: list[str]) -> int:
