@@ -338,7 +338,10 @@ def _state_bytes(variables: Sequence[tf.Variable]) -> int:
 
 
 def _describe(hyperparameters) -> str:
-    return ", ".join(f"{name} {value:.3g}" for name, value in hyperparameters.items())
+    """`learning_rate 0.001, entropy_cost 0.01`: the tuned ones given, in `TUNED`'s order."""
+    return ", ".join(
+        f"{name} {hyperparameters[name]:.3g}" for name in pbt.TUNED if name in hyperparameters
+    )
 
 
 def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:

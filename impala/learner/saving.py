@@ -31,7 +31,9 @@ def make_run_folder(config, topology) -> str:
     run_dir = run_folder.path(config.logdir, name, config.policy_folder)
     os.makedirs(run_dir, exist_ok=True)
     if config.private_files:
-        run_folder.make_private(os.path.dirname(run_dir) if config.policy_folder else run_dir)
+        run_folder.make_private(
+            os.path.dirname(run_dir) if config.policy_folder is not None else run_dir
+        )
         run_folder.make_private(run_dir)
     return run_dir
 
@@ -41,7 +43,9 @@ def secret_path(config, run_dir: str) -> str:
     of several shares: the folder above `run_dir`, the policy's)."""
     if config.secret_file:
         return config.secret_file
-    return run_secret.path_in(os.path.dirname(run_dir) if config.policy_folder else run_dir)
+    return run_secret.path_in(
+        os.path.dirname(run_dir) if config.policy_folder is not None else run_dir
+    )
 
 
 def load_run_secret(path: str, topology, report) -> str:

@@ -69,11 +69,10 @@ def test_a_useless_policy_copies_the_better_one_then_learns_and_a_resume_keeps_e
     assert copied["hyperparameters_before"]["learning_rate"] == USELESS_LEARNING_RATE
     # The donor's learning rate (the flags' 1e-3), perturbed or not: never the useless one.
     assert 1e-3 / 1.5 <= copied["hyperparameters"]["learning_rate"] <= 1e-3 * 1.5
-    # Policy 0 was the better of the two when policy 1 copied it: it kept what it had.
-    first_looks = [
-        look for look in _looks(run_dir / "policy_0") if look["frames"] <= copied["frames"]
-    ]
-    assert first_looks and first_looks[-1]["action"] in ("keep", "sit out"), first_looks
+    # Policy 0 kept its own weights until policy 1 had copied them (it may have perturbed its
+    # hyperparameters: which of two policies a look finds the worse depends on when it looks).
+    early = [look for look in _looks(run_dir / "policy_0") if look["frames"] <= copied["frames"]]
+    assert early and all(look["action"] != "replace" for look in early), early
 
     # Each policy's own folder: checkpoints, flags, summaries and its closing summary.
     for policy in (0, 1):
@@ -87,7 +86,7 @@ def test_a_useless_policy_copies_the_better_one_then_learns_and_a_resume_keeps_e
     # The resume went on with the hyperparameters of the checkpoint it resumed from: those of
     # the last look before it, after the copy (not the initial ones).
     log = read_text(run_dir / "policy_1" / "learners.log")
-    resumed = log[log.rindex("resumed from") :]
+    resumed = log[log.rindex("--job_name=learner") :]  # the second start's lines
     done = int(re.search(r"resumed from \S+: (\d+) frames done", resumed)[1])
     last = [look for look in _looks(run_dir / "policy_1") if look["frames"] <= done][-1]
     assert last["generation"] == 1
