@@ -18,8 +18,8 @@ from impala.configs.declare import (
     check_settings,
     config,
     declared,
+    finite,
     flag_name,
-    rule,
     setting,
     within,
 )
@@ -123,13 +123,13 @@ class PbtConfig:
         "--with_pbt: a worst policy is replaced only if the best one's mean return exceeds its "
         "own by more than this share of the best one's (absolute) mean return...",
         flag="pbt_replace_reward_gap",
-        check=rule(lambda value: 0 <= value < math.inf, "must be a finite number >= 0"),
+        check=finite(),
     )
     replace_reward_gap_absolute: float = setting(
         1.0,
         "--with_pbt: ...and by more than this much.",
         flag="pbt_replace_reward_gap_absolute",
-        check=rule(lambda value: 0 <= value < math.inf, "must be a finite number >= 0"),
+        check=finite(),
     )
     perturb_min: float = setting(
         1.1,

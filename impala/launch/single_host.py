@@ -165,12 +165,14 @@ def _saved_flags(run_dir: str) -> tuple[dict[str, object] | None, int, str]:
       ValueError: one line, for a flags file that is not a JSON object or whose host lists are
         not lists of hosts.
     """
-    folders = [run_dir]
-    if run_folder.read_flags(run_dir) is None:
+    own = run_folder.read_flags(run_dir)
+    if own is not None:
+        each = [(run_dir, own)]
+    else:
         folders = [
             run_folder.policy_path(run_dir, policy) for policy in run_folder.policies_in(run_dir)
         ]
-    each = [(folder, run_folder.read_flags(folder)) for folder in folders]
+        each = [(folder, run_folder.read_flags(folder)) for folder in folders]
     found = [(folder, flags) for folder, flags in each if flags is not None]
     if not found:
         return None, 0, ""

@@ -72,9 +72,9 @@ class Status:
     def is_sound(self) -> bool:
         return (
             all(
-                _is_int(getattr(self, name)) for name in ("policy", "frames", "games", "generation")
+                is_count(getattr(self, name))
+                for name in ("policy", "frames", "games", "generation")
             )
-            and min(self.frames, self.games, self.generation) >= 0
             and (self.objective is None or _is_finite(self.objective))
             and hyperparameters_are_sound(self.hyperparameters)
         )
@@ -92,8 +92,9 @@ def hyperparameters_are_sound(hyperparameters: object) -> bool:
     )
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_count(value: object) -> bool:
+    """Whether `value` (read from JSON another process wrote) is an int >= 0, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _is_finite(value: object) -> bool:

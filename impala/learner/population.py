@@ -70,6 +70,7 @@ class Population:
         self._trainer = trainer
         self._variables = list(variables)
         self._run_dir = run_dir
+        self._checkpoint_dir = os.path.join(run_dir, run_folder.CHECKPOINTS) if run_dir else ""
         self._is_chief = is_chief
         self._report = report
         self._returns: collections.deque[float] = collections.deque(
@@ -88,7 +89,7 @@ class Population:
 
     # ---- Across restarts ----------------------------------------------------------------------
 
-    def restore(self, checkpoint: str | None, checkpoint_dir: str) -> None:
+    def restore(self, checkpoint: str | None) -> None:
         """Takes the hyperparameters, next look and copies kept for `checkpoint` (the one the
         learners resumed from; None: a new run keeps the config's), on every learner.
 
@@ -97,10 +98,10 @@ class Population:
         """
         entry = None
         if checkpoint and self._is_chief:
-            entry = _read_state(checkpoint_dir).get(os.path.basename(checkpoint))
+            entry = _read_state(self._checkpoint_dir).get(os.path.basename(checkpoint))
             if entry is None:
                 self._report(
-                    f"pbt: {os.path.join(checkpoint_dir, STATE_FILE)} has no entry for "
+                    f"pbt: {os.path.join(self._checkpoint_dir, STATE_FILE)} has no entry for "
                     f"{checkpoint}; going on with the flags' hyperparameters"
                 )
         entry = allreduce.broadcast_object_from_chief(entry)
@@ -116,9 +117,10 @@ class Population:
                 f"copies so far, next look at {self.next_look} frames"
             )
 
-    def before_save(self, checkpoint_dir: str, version: int) -> None:
+    def before_save(self, version: int) -> None:
         """Records, for the checkpoint about to be written at weight `version`, what a resume
-        from it must take (rank 0, before the checkpoint is written)."""
+        from it must take (rank 0 with a run folder, before the checkpoint is written)."""
+        checkpoint_dir = self._checkpoint_dir
         kept, _ = checkpoints.listed(checkpoint_dir)
         names = {os.path.basename(path) for path in kept}
         entries = {
@@ -304,9 +306,7 @@ def decode_state(
             and header.get("policy") == donor
             and header.get("variables") == expected
             and pbt.hyperparameters_are_sound(header.get("hyperparameters"))
-            and all(
-                isinstance(header.get(k), int) and header[k] >= 0 for k in ("frames", "generation")
-            )
+            and all(pbt.is_count(header.get(k)) for k in ("frames", "generation"))
         )
     except (ValueError, UnicodeDecodeError):
         sound = False
@@ -373,8 +373,5 @@ def _is_entry(entry: object) -> bool:
         isinstance(entry, dict)
         and set(entry) == {"hyperparameters", "next_look", "generation"}
         and pbt.hyperparameters_are_sound(entry["hyperparameters"])
-        and all(
-            isinstance(entry[k], int) and not isinstance(entry[k], bool) and entry[k] >= 0
-            for k in ("next_look", "generation")
-        )
+        and all(pbt.is_count(entry[k]) for k in ("next_look", "generation"))
     )

@@ -31,21 +31,21 @@ def make_run_folder(config, topology) -> str:
     run_dir = run_folder.path(config.logdir, name, config.policy_folder)
     os.makedirs(run_dir, exist_ok=True)
     if config.private_files:
-        run_folder.make_private(
-            os.path.dirname(run_dir) if config.policy_folder is not None else run_dir
-        )
+        run_folder.make_private(run_root(config, run_dir))
         run_folder.make_private(run_dir)
     return run_dir
 
 
+def run_root(config, run_dir: str) -> str:
+    """The run folder itself: `run_dir`, or in a run of several policies the folder above it
+    (`run_dir` is then the policy's)."""
+    return os.path.dirname(run_dir) if config.policy_folder is not None else run_dir
+
+
 def secret_path(config, run_dir: str) -> str:
-    """Where the run secret is: --secret_file, or the run folder's (which every policy of a run
-    of several shares: the folder above `run_dir`, the policy's)."""
-    if config.secret_file:
-        return config.secret_file
-    return run_secret.path_in(
-        os.path.dirname(run_dir) if config.policy_folder is not None else run_dir
-    )
+    """Where the run secret is: --secret_file, or the run folder's, which every policy of a run
+    of several shares (`run_root`)."""
+    return config.secret_file or run_secret.path_in(run_root(config, run_dir))
 
 
 def load_run_secret(path: str, topology, report) -> str:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
 import networks
-from impala import build, run_folder, run_tls, transport
+from impala import build, run_tls, transport
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
@@ -101,7 +100,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
             secret,
             tls,
         )
-        population.restore(resumed_from, os.path.join(run_dir, run_folder.CHECKPOINTS))
+        population.restore(resumed_from)
     counters = Counters()
     start_frames = 0
     if checkpointer:
@@ -122,8 +121,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         checkpointer if topology.is_chief else None, config.save_every_secs, chief_report
     )
     if population and run_dir and topology.is_chief:
-        checkpoint_dir = os.path.join(run_dir, run_folder.CHECKPOINTS)
-        saver.before_save = lambda version: population.before_save(checkpoint_dir, version)
+        saver.before_save = population.before_save
     return Learning(
         config=config,
         topology=topology,

@@ -51,6 +51,20 @@ _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
 _BUSY_FIRST_PAUSE_SECS = 0.01
 
 
+def open_channel(address: str, options: list[tuple[str, int]], tls=None) -> grpc.Channel:
+    """A channel to the learner at `address` with gRPC `options`: plain TCP, or with `tls`
+    (the run's `impala.run_tls.Material`) mutual TLS."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+    from impala import run_tls
+
+    return grpc.secure_channel(
+        address,
+        run_tls.channel_credentials(tls),
+        options=options + list(run_tls.CHANNEL_OPTIONS),
+    )
+
+
 class ActorClient:
     """The actor's side: connects to its learner, sends unrolls, fetches weights."""
 
@@ -147,15 +161,7 @@ class ActorClient:
             ("grpc.max_receive_message_length", max(1 << 20, VERSION.size + 4 * self._num_weights)),
             ("grpc.max_send_message_length", self._spec.max_enqueue_bytes),
         ]
-        if tls is None:
-            return grpc.insecure_channel(address, options=options)
-        from impala import run_tls
-
-        return grpc.secure_channel(
-            address,
-            run_tls.channel_credentials(tls),
-            options=options + list(run_tls.CHANNEL_OPTIONS),
-        )
+        return open_channel(address, options, tls)
 
     def close(self) -> None:
         self._channel.close()

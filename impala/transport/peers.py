@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from impala.transport import wire
+from impala.transport.client import open_channel
 
 
 class PolicyPeer:
@@ -25,17 +26,9 @@ class PolicyPeer:
         """
         self.address = address
         self._metadata = ((wire.SECRET_KEY, secret),)
-        options = [("grpc.max_receive_message_length", max_state_bytes)]
-        if tls is None:
-            self._channel = grpc.insecure_channel(address, options=options)
-        else:
-            from impala import run_tls
-
-            self._channel = grpc.secure_channel(
-                address,
-                run_tls.channel_credentials(tls),
-                options=options + list(run_tls.CHANNEL_OPTIONS),
-            )
+        self._channel = open_channel(
+            address, [("grpc.max_receive_message_length", max_state_bytes)], tls
+        )
         self._status = self._channel.unary_unary(wire.method_path("PolicyStatus"))
         self._state = self._channel.unary_unary(wire.method_path("PolicyState"))
 
