@@ -117,7 +117,7 @@ class LearnerService:
         self._weights_reply = VERSION.pack(NO_WEIGHTS_VERSION)
         # Population-based training: this policy's status, and snapshots of its whole state,
         # taken between two steps when another policy's learner asks (`publish_state`).
-        self._status_reply = b"{}"
+        self._status_reply = b"{}"  # `{}` until the learner takes part in a population
         self._state = threading.Condition()
         self._state_wanted = False
         self._state_reply = b""
@@ -329,9 +329,14 @@ class LearnerService:
 
     def _policy_state(self, request: bytes, context) -> bytes:
         """A snapshot of the learner's state taken after this call came (the learner takes it
-        between two steps), or b'' if none came within `STATE_WAIT_SECS`."""
+        between two steps), or b'' if none came within `STATE_WAIT_SECS` or the learner takes
+        no part in population-based training."""
         if request:
             raise ProtocolError(f"PolicyState of {len(request)} bytes")
+        if self._status_reply == b"{}":
+            # Not (yet) in a population: no step of this learner would take a snapshot, and
+            # the call would hold one of the server's few threads for `STATE_WAIT_SECS`.
+            return b""
         with self._state:
             asked = self._state_count
             self._state_wanted = True

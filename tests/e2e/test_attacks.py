@@ -46,7 +46,16 @@ pytestmark = pytest.mark.slow
 
 # ---- The protocol, as a stranger reads it in the spec ----------------------------------------
 
-METHODS = ("Hello", "Room", "Enqueue", "ReportEpisodes", "WeightsVersion", "Weights")
+METHODS = (
+    "Hello",
+    "Room",
+    "Enqueue",
+    "ReportEpisodes",
+    "WeightsVersion",
+    "Weights",
+    "PolicyStatus",
+    "PolicyState",
+)
 # Paths no learner serves, some of which other servers do: reflection lists a server's methods,
 # TensorFlow's RPC layer (the learner's before) listed and called them.
 MADE_UP_PATHS = (
@@ -196,6 +205,9 @@ def requests_a_stranger_wants_answered() -> dict[str, bytes]:
         "/impala.Learner/ReportEpisodes": episodes(ATTACKER_TASK, [1e6]),
         "/impala.Learner/WeightsVersion": b"",
         "/impala.Learner/Weights": VERSION.pack(-1),
+        # Population-based training's: a policy's standing, and its whole state.
+        "/impala.Learner/PolicyStatus": b"",
+        "/impala.Learner/PolicyState": b"",
     }
     assert sorted(wanted) == sorted(f"/impala.Learner/{m}" for m in METHODS)
     return {**wanted, **dict.fromkeys(MADE_UP_PATHS, VERSION.pack(-1))}
@@ -496,6 +508,17 @@ def test_every_path_is_refused_without_the_secret_and_nothing_is_read_or_queued(
             path = f"/impala.Learner/{path}"
             code, reply, error = call(connection, path, wanted[path], with_secret(learner.secret))
             assert code == grpc.StatusCode.OK, (path, error)
+        # A learner in no population has no standing to give, and no state: at once, not
+        # after holding a server thread for a snapshot no step will take.
+        code, reply, _ = call(
+            connection, "/impala.Learner/PolicyStatus", b"", with_secret(learner.secret)
+        )
+        assert (code, reply) == (grpc.StatusCode.OK, b"{}")
+        started = time.monotonic()
+        code, reply, _ = call(
+            connection, "/impala.Learner/PolicyState", b"", with_secret(learner.secret)
+        )
+        assert (code, reply) == (grpc.StatusCode.OK, b"") and time.monotonic() - started < 5
         code, _, _ = call(connection, MADE_UP_PATHS[0], b"", with_secret(learner.secret))
         assert code == grpc.StatusCode.UNIMPLEMENTED
     assert outcomes[grpc.StatusCode.UNAUTHENTICATED] == len(credentials) * len(wanted)
@@ -603,6 +626,9 @@ def shifted_requests() -> list[Shifted]:
         Shifted("8 bytes", "Room", VERSION.pack(task), code=invalid),
         Shifted("a byte", "WeightsVersion", b"\0", code=invalid),
         Shifted("8 bytes", "WeightsVersion", VERSION.pack(-1), code=invalid),
+        Shifted("a byte", "PolicyStatus", b"\0", code=invalid),
+        Shifted("a byte", "PolicyState", b"\0", code=invalid),
+        Shifted("a header", "PolicyState", STATUS.pack(1 << 30), code=invalid),
         Shifted("empty", "Weights", b"", code=invalid),
         Shifted("4 bytes", "Weights", TASK.pack(-1), code=invalid),
         Shifted("a trailing byte", "Weights", VERSION.pack(-1) + b"\0", code=invalid),
