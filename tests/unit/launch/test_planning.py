@@ -362,6 +362,22 @@ def test_a_process_refuses_a_policy_it_cannot_be_in_one_line(argv, message):
                 experiment.actor_job_config_from_flags()
 
 
+@pytest.mark.parametrize(
+    "hosts, message",
+    [
+        ("localhost:1,nohost", "--policy_hosts: 'nohost' is not host:port with a port in 1-65535"),
+        ("localhost:1", "--policy_hosts: names 1 learners; --with_pbt needs the rank-0 learner"),
+    ],
+)
+def test_a_learner_refuses_policy_hosts_it_cannot_reach_the_population_by(hosts, message):
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", "--secret_file=s", "--num_policies=2", "--with_pbt"])
+        FLAGS.policy_hosts = hosts.split(",")
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+            experiment.learner_job_config_from_flags()
+
+
 def test_a_run_of_several_policies_resumes_with_its_policies_and_all_their_actors(tmp_path):
     saved = _saved_flags("--num_policies=2", "--batch_size=8")
     for policy, actors in ((0, 2), (1, 1)):  # 3 actors: 0 and 2 for policy 0, 1 for policy 1

@@ -191,3 +191,18 @@ def test_a_state_with_values_that_are_not_finite_is_refused():
     variables[0].assign(np.full((2, 3), np.nan, np.float32))
     with pytest.raises(population.PbtStateError, match="not finite"):
         population.decode_state(_state_of(variables), 1, _variables())
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"{", b"\xff\xfe", b"[]", b'{"ckpt-5": {"generation": 1}}', b'{"ckpt-5": 3}'],
+)
+def test_a_damaged_state_file_is_one_line_naming_it_and_rewritten_only_at_a_save(tmp_path, content):
+    path = tmp_path / population.STATE_FILE
+    path.write_bytes(content)
+    with pytest.raises(population.PbtStateError, match=f"^{path}: ") as error:
+        population._read_state(str(tmp_path))
+    assert "\n" not in str(error.value)
+    # A save (which writes its own entry afresh) does not stop for it.
+    assert population._read_state(str(tmp_path), quiet=True) == {}
+    assert path.read_bytes() == content
