@@ -65,7 +65,14 @@ def test_a_learner_skips_counts_and_survives_a_batch_whose_step_is_not_finite(pr
             secret=run_secret.load(processes.secret_file),
         )
         try:
-            actor.set_weights(*client.fetch_weights())
+            # The learner serves before it publishes its first weights: ask until it has.
+            fetched = []
+            wait_until(
+                lambda: fetched.append(client.fetch_weights()) or fetched[-1] is not None,
+                60,
+                lambda: processes.log(learner),
+            )
+            actor.set_weights(*fetched[-1])
             client.send(_hostile(actor.unroll()))
             wait_until(
                 lambda: "skipped an optimisation step" in processes.log(learner),
