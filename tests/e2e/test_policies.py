@@ -1,7 +1,9 @@
 """Several policies in one run, with population-based training, through the real processes
 (run_local.py: each policy's learner and actor over gRPC): a policy started with a useless
 learning rate copies the better one within the budget and then plays as well; stopped after the
-copy and resumed by the same command, each policy goes on with its own hyperparameters."""
+copy and resumed by the same command, each policy goes on with its own hyperparameters.
+
+It is also the suite's Catch learning test: Catch from pixels, through the distributed path."""
 
 import json
 import re
@@ -40,7 +42,9 @@ def _looks(policy_dir) -> list[dict]:
     return [json.loads(line) for line in read_text(policy_dir / "pbt.jsonl").splitlines()]
 
 
-def test_a_useless_policy_copies_the_better_one_then_learns_and_a_resume_keeps_each_ones(tmp_path):
+def test_catch_is_learned_and_a_useless_policy_copies_the_better_one_and_a_resume_keeps_each(
+    tmp_path,
+):
     runs = tmp_path / "runs"
     run_dir = runs / "population"
     processes = Processes(str(tmp_path))
@@ -94,6 +98,17 @@ def test_a_useless_policy_copies_the_better_one_then_learns_and_a_resume_keeps_e
     assert f"pbt: resumed with learning_rate {lr:.3g}, " in resumed and "1 copies so far" in resumed
     assert "pbt: policy 1 starts with" not in resumed
 
-    # After the copy, policy 1 plays as well as Catch's learning test asks of a learned policy.
+    # Catch learned from pixels: the shallow conv net, each policy's learner and actor over
+    # gRPC, on a game whose right action depends on where the ball is in an 84x84x4 uint8
+    # picture and whose reward comes 9 steps after the first decision. A random policy scores
+    # about -0.75 (18 catches in 20 games would take it a miracle); a broken loss, scrambled
+    # observations, misaligned rewards or actors acting with weights other than the learner's
+    # keep it there. Policy 0 first reaches 0.7 at about 14k frames and 1.0 by 36k; it was
+    # stopped and resumed midway, so a resume that lost the optimiser's state or the weights
+    # would show here too. Means over 20 consecutive games: 18 catches in 20 at best, and
+    # still 16 at the end.
+    learned = json.loads((run_dir / "policy_0" / "learner_0.json").read_text())
+    assert learned["best_mean_return"] >= 0.8 and learned["mean_return"] >= 0.6, learned
+    # After the copy, policy 1 plays as well as a learned policy.
     final = json.loads((run_dir / "policy_1" / "learner_0.json").read_text())
     assert final["mean_return"] >= 0.5, final
