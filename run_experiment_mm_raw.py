@@ -201,6 +201,8 @@ def main(argv: list[str]) -> int:
             containers=containers_from_flags(),
             tls=bool(given.get("transport_tls")),
             private=FLAGS.private_run_files,
+            num_policies=int(given.get("num_policies", 1)),
+            source=FLAGS.workers_csv_path,
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

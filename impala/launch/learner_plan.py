@@ -103,7 +103,7 @@ def _mpmd_mpirun(run: RunLayout, extra: Sequence[str]) -> str:
     contexts = []
     for worker in run.learners:
         command = learner_command(
-            worker.python, "experiment.py", run.learner_hosts, run.actor_hosts, run.run_flags
+            worker.python, "experiment.py", run.learner_hosts, run.actor_hosts, run.learner_flags
         )
         contexts.append(
             [
@@ -242,7 +242,7 @@ def _learners_in_container(run: RunLayout, containers: Containers) -> str:
             "experiment.py",
             run.learner_hosts,
             run.actor_hosts,
-            run.container_flags(worker),
+            run.container_flags(worker, learner=True),
         )
         contexts.append(
             [

@@ -16,7 +16,7 @@ from impala.launch.hosts import Host, HostError, SshOptions, connect, connect_al
 from impala.launch.planning import fail_with
 from impala.launch.run_plan import HostPlan
 from impala.launch.tmux import (
-    LEARNERS_WINDOW,
+    is_learners_window,
     parse_status,
     stop_learners_command,
     summary_line,
@@ -276,7 +276,9 @@ def stop_run(plans: list[HostPlan], ssh: SshOptions) -> int:
     it first would kill before that learner saves.
     """
     failures = []
-    learners_first = sorted(plans, key=lambda p: all(w.name != LEARNERS_WINDOW for w in p.windows))
+    learners_first = sorted(
+        plans, key=lambda p: not any(is_learners_window(w.name) for w in p.windows)
+    )
     for plan in learners_first:
         try:
             host = connect(plan, ssh)
@@ -297,23 +299,25 @@ def stop_run(plans: list[HostPlan], ssh: SshOptions) -> int:
 
 
 def _stop_session(host: Host, plan: HostPlan, timeout: float) -> bool:
-    """Stops the learners (SIGUSR1 to mpirun) and Ctrl-C to the other windows; waits, then
-    removes the session, and the run's containers if it runs in containers."""
+    """Stops the learners (SIGUSR1 to each learners window's mpirun) and Ctrl-C to the other
+    windows; waits, then removes the session, and the run's containers if it runs in
+    containers."""
     session, containers = plan.session, plan.containers
     if host.tmux(tmux_has_session(session))[0] != 0:
         if containers:  # a session killed by hand may leave its containers running
             host.shell(containers.remove_command(session))
         return False
-    stop_learners = (
-        containers.signal_command(session, LEARNERS_WINDOW, "USR1")
-        if containers
-        else stop_learners_command(session)
-    )
+
+    def stop_learners(window: str) -> str:
+        if containers:
+            return containers.signal_command(session, window, "USR1")
+        return stop_learners_command(session, window)
+
     code, listing = host.tmux(tmux_list_windows(session))
     for name, alive, _ in parse_status(listing):
         if not alive:
             continue
-        if name != LEARNERS_WINDOW or host.shell(stop_learners)[0]:
+        if not is_learners_window(name) or host.shell(stop_learners(name))[0]:
             host.tmux(tmux_interrupt(session, name))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

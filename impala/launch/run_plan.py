@@ -16,7 +16,7 @@ from impala.launch import learner_plan
 from impala.launch.containers import IMAGE_PYTHON, Containers
 from impala.launch.learner_plan import LearnerLaunch
 from impala.launch.planning import actor_command, shell_line
-from impala.launch.run_layout import RunLayout
+from impala.launch.run_layout import RunLayout, policy_layouts
 from impala.launch.tmux import (
     LEARNERS_WINDOW,
     SSHD_WINDOW,
@@ -79,6 +79,8 @@ def plan_run(
     containers: Containers | None = None,
     tls: bool = False,
     private: bool = True,
+    num_policies: int = 1,
+    source: str = "the workers CSV",
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -100,12 +102,34 @@ def plan_run(
     (`tls_paths`). With `private` (--private_run_files) each window's shell makes its run
     folder and log owner-only (umask 077).
 
+    With `num_policies` > 1 (--num_policies, among `flags`) each policy is a run of its own rows
+    (`run_layout.policy_layouts` says which), in its folder `<run>/policy_<k>/`: its learners'
+    mpirun in a window `policy_<k>_learners` on its first learner host, its actors in windows
+    `policy_<k>_actor_<task>`; the secret and TLS bundle stay in the run folder. `source` names
+    the CSV in messages.
+
     Raises:
       ValueError: something of the run that cannot be planned (see the messages).
     """
-    run = RunLayout.of(workers, flags, run_name, logdir)
-    launch = learner_plan.plan_learners(run, containers, accept_unknown_host_keys, known_hosts)
-    windows = _windows(run, launch, containers, restarts, private)
+    layouts = policy_layouts(workers, flags, run_name, logdir, num_policies, source)
+    if containers and len(layouts) > 1:
+        raise ValueError(
+            f"--docker_image with --num_policies={num_policies}: several policies run as "
+            "bare processes only (each policy's mpirun would need SSH servers of its own in "
+            "the containers of its other hosts)"
+        )
+    windows: dict[str, list[Window]] = {}
+    files: dict[str, list[tuple[str, str]]] = {}
+    key_files: dict[str, list[tuple[str, str]]] = {}
+    for run in layouts:
+        launch = learner_plan.plan_learners(run, containers, accept_unknown_host_keys, known_hosts)
+        for host, placed in _windows(run, launch, containers, restarts, private).items():
+            windows.setdefault(host, []).extend(placed)
+        for host, host_files in launch.files.items():
+            files.setdefault(host, []).extend(host_files)
+        for host, host_keys in launch.key_files.items():
+            key_files.setdefault(host, []).extend(host_keys)
+    run_dir = layouts[0].run_dir
     by_host: dict[str, list[Worker]] = {}
     for worker in workers:
         by_host.setdefault(worker.host, []).append(worker)
@@ -116,11 +140,11 @@ def plan_run(
             local=host in local_hosts,
             session=session_name(run_name, host),
             windows=tuple(host_windows),
-            files=tuple(launch.files.get(host, ())),
-            secret_paths=_in_run_folders(by_host[host], run.log_dir, run_secret.FILE_NAME),
-            tls_paths=_in_run_folders(by_host[host], run.log_dir, run_tls.FILE_NAME) if tls else (),
+            files=tuple(files.get(host, ())),
+            secret_paths=_in_run_folders(by_host[host], run_dir, run_secret.FILE_NAME),
+            tls_paths=_in_run_folders(by_host[host], run_dir, run_tls.FILE_NAME) if tls else (),
             containers=containers,
-            key_files=tuple(launch.key_files.get(host, ())),
+            key_files=tuple(key_files.get(host, ())),
         )
         for host, host_windows in windows.items()
     ]
@@ -133,18 +157,28 @@ def _windows(
     restarts: Restarts,
     private: bool,
 ) -> dict[str, list[Window]]:
-    """Each host's windows, in start order: sshd containers, the learners, the actors."""
+    """Each host's windows of `run` (a policy's, in a run of several), in start order: sshd
+    containers, the learners, the actors. Each logs to `<name>.log` in `run.log_dir` (a
+    policy's logs are in its own folder, named as in a run of one)."""
     first = run.learners[0]
     placed = [
-        (host, SSHD_WINDOW, run.workdir_on(host), line, restarts.max_learner_restarts)
+        (host, SSHD_WINDOW, SSHD_WINDOW, run.workdir_on(host), line, restarts.max_learner_restarts)
         for host, line in launch.sshd_lines
     ]
     placed.append(
-        (first.host, LEARNERS_WINDOW, first.workdir, launch.line, restarts.max_learner_restarts)
+        (
+            first.host,
+            run.learners_window,
+            LEARNERS_WINDOW,
+            first.workdir,
+            launch.line,
+            restarts.max_learner_restarts,
+        )
     )
     placed += [
         (
             actor.host,
+            run.actor_window(actor),
             actor.name,
             actor.workdir,
             _actor_line(run, actor, containers),
@@ -153,9 +187,16 @@ def _windows(
         for actor in run.actors
     ]
     windows: dict[str, list[Window]] = {}
-    for host, name, workdir, line, max_restarts in placed:
+    for host, name, log_name, workdir, line, max_restarts in placed:
         command = window_command(
-            workdir, run.log_dir, line, name, max_restarts, restarts.max_delay_secs, private
+            workdir,
+            run.log_dir,
+            line,
+            name,
+            max_restarts,
+            restarts.max_delay_secs,
+            private,
+            log_name=log_name,
         )
         windows.setdefault(host, []).append(Window(name, command))
     return windows

@@ -10,12 +10,14 @@ the same lists, so that tests can compare them as strings.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
 
 from impala import run_folder
 from impala.launch.planning import shell_line
 
-# The tmux window of a run's mpirun, on the first learner host.
+# The tmux window of a run's mpirun, on the first learner host (a policy's: `policy_<k>_learners`
+# on its first learner host, in a run of several policies).
 LEARNERS_WINDOW = "learners"
 # The window of the SSH server (a container of the image) through which mpirun in the learners'
 # container on the first learner host starts the ranks of another learner host.
@@ -58,11 +60,13 @@ def window_command(
     max_restarts: int,
     max_delay: int,
     private: bool = True,
+    log_name: str = "",
 ) -> str:
-    """Runs `line` in `workdir`, logging to the run's folder, keeping its exit status, and starts
-    it again when it dies (see `Restarts`); with `private`, the folder and log it makes are
-    owner-only (umask 077, which the process inherits)."""
-    log = shlex.quote(f"{log_dir}/{name}.log")
+    """Runs `line` in `workdir`, logging to `<log_name or name>.log` in `log_dir` (the run's
+    folder, or a policy's), keeping its exit status, and starts it again when it dies (see
+    `Restarts`); with `private`, the folder and log it makes are owner-only (umask 077, which
+    the process inherits)."""
+    log = shlex.quote(f"{log_dir}/{log_name or name}.log")
     say = f"[frontend] {name} exited with code $code;"
     final = "|".join(str(code) for code in run_folder.FINAL_EXIT_CODES)
     script = (
@@ -128,11 +132,18 @@ def tmux_interrupt(session: str, window: str) -> list[str]:
     return ["send-keys", "-t", f"={session}:{window}", "C-c"]
 
 
-def stop_learners_command(session: str) -> str:
-    """Shell command sending SIGUSR1 to the run's mpirun, which passes it on to every learner:
-    they finish their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a
-    moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
-    pane = shlex.quote(f"={session}:{LEARNERS_WINDOW}")
+def is_learners_window(name: str) -> bool:
+    """Whether the window `name` runs learners' mpirun: `learners`, or a policy's
+    `policy_<k>_learners` in a run of several policies."""
+    pattern = rf"{run_folder.POLICY_PREFIX}[0-9]+_{LEARNERS_WINDOW}"
+    return name == LEARNERS_WINDOW or re.fullmatch(pattern, name) is not None
+
+
+def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:
+    """Shell command sending SIGUSR1 to the mpirun of the learners' `window`, which passes it on
+    to every learner: they finish their step, save a checkpoint and exit. (Ctrl-C would make
+    mpirun kill them a moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
+    pane = shlex.quote(f"={session}:{window}")
     return f"pkill -USR1 -x mpirun -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\""
 
 

@@ -10,6 +10,10 @@ Columns (header row required, any order; see sandbox/README.md):
   cuda_visible_devices  GPUs for the process, e.g. 0 or 0,1; empty: none
   workdir   (optional)  absolute path of the project on that host (default: where it lives here)
   python    (optional)  absolute path of its interpreter (default: <workdir>/.venv/bin/python)
+  policy    (optional)  with --num_policies: which policy the process trains or plays for (0,
+                        1, ...); every row then names one. Without the column, learners are
+                        split into contiguous blocks in rank order and actor i plays for policy
+                        i mod --num_policies (`run_plan.plan_run`).
 
 Each learner endpoint (host and tf_port) appears once: two rows of one port whose hosts resolve to
 a shared address (`localhost` and `127.0.0.1`, a name and its address) are refused too.
@@ -42,7 +46,7 @@ REQUIRED_COLUMNS = (
     "ssh_key",
     "cuda_visible_devices",
 )
-OPTIONAL_COLUMNS = ("workdir", "python")
+OPTIONAL_COLUMNS = ("workdir", "python", "policy")
 JOBS = ("learner", "actor")
 
 # How long the hosts of rows that share a port may take to resolve, all together, before each
@@ -72,6 +76,7 @@ class Worker:
       job: "learner" or "actor".
       task: index among the workers of the same job, in file order (learner rank, actor task).
       line: line number in the CSV, for messages.
+      policy: the policy the CSV's `policy` column gives it; None without the column.
     """
 
     job: str
@@ -85,6 +90,7 @@ class Worker:
     workdir: str
     python: str
     line: int
+    policy: int | None = None
 
     @property
     def name(self) -> str:
@@ -233,6 +239,11 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     python = field("python") or posixpath.join(workdir, ".venv", "bin", "python")
     if not posixpath.isabs(python):
         fail("python", "must be an absolute path")
+    policy = None
+    if "policy" in columns:
+        if not re.fullmatch(r"[0-9]{1,3}", field("policy")):
+            fail("policy", "must be a policy number: 0, 1, ... (every row names one)")
+        policy = int(field("policy"))
     return Worker(
         job=job,
         task=counts[job],
@@ -245,6 +256,7 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
         workdir=workdir,
         python=python,
         line=number,
+        policy=policy,
     )
 
 

@@ -1,5 +1,6 @@
 """The CSV frontend on this machine only: local tmux through libtmux, no SSH."""
 
+import json
 import os
 import shlex
 import signal
@@ -72,52 +73,73 @@ def test_bad_csv_is_one_line_naming_file_line_and_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_local_start_status_stop(run_name, tmp_path):
-    # The sandbox example, with a port free on this machine instead of its fixed 8001.
+def test_local_start_status_stop_of_two_policies(run_name, tmp_path):
+    """The sandbox example with a second learner row, as a run of two policies: each policy's
+    learner and actor in windows of their own, logging in the policy's folder, one run secret;
+    an actor killed outright comes back; status shows every window; stop saves each policy."""
     with open(os.path.join(ROOT, "sandbox", "local_workers_example.csv")) as f:
         example = f.read()
     assert ",8001," in example
+    first, second = free_ports(2)
+    learner_row = next(line for line in example.splitlines() if line.startswith("learner,"))
+    rows = [learner_row.replace(",8001,", f",{port},") for port in (first, second)]
+    example = example.replace(learner_row, "\n".join(rows))
     workers_csv = tmp_path / "local_workers.csv"
-    workers_csv.write_text(example.replace(",8001,", f",{free_ports(1)[0]},"))
+    workers_csv.write_text(example)
     flags = [
         f"--workers_csv_path={workers_csv}",
         f"--run_name={run_name}",
         *SMALL_RUN_FLAGS,
+        "--num_policies=2",
+        "--with_pbt",  # the learners get each other's address (no look within this run)
     ]
     started = run_frontend(*flags)
     assert started.returncode == 0, started.stdout + started.stderr
-    log = os.path.join(ROOT, "runs", run_name, "learners.log")
-    wait_until(
-        lambda: read_text(log).count("  step ") >= 2,
-        120,
-        lambda: f"no progress; learners' log:\n{read_text(log)}",
-    )
+    run_dir = os.path.join(ROOT, "runs", run_name)
+    logs = [os.path.join(run_dir, f"policy_{k}", "learners.log") for k in (0, 1)]
+    for log in logs:
+        wait_until(
+            lambda log=log: read_text(log).count("  step ") >= 2,
+            120,
+            lambda log=log: f"no progress; learners' log:\n{read_text(log)}",
+        )
 
-    # The learners serve and the actors act with the run secret the frontend made, owner-only.
-    secret = os.path.join(ROOT, "runs", run_name, "secret")
+    # The learners serve and the actors act with the one run secret the frontend made.
+    secret = os.path.join(run_dir, "secret")
     assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
     assert f"run secret created in {secret}" in started.stdout
-    assert f"run secret read from runs/{run_name}/secret" in read_text(log)
+    for log in logs:
+        assert f"run secret read from runs/{run_name}/secret" in read_text(log)
+    assert not os.path.exists(os.path.join(run_dir, "policy_0", "secret"))
 
-    # An actor killed outright is started again in its window, and acts again.
-    actor_log = os.path.join(ROOT, "runs", run_name, "actor_0.log")
+    # Policy 1's actor (the CSV's second), killed outright, is started again in its window.
+    actor_log = os.path.join(run_dir, "policy_1", "actor_0.log")
     wait_until(lambda: "acting for learner" in read_text(actor_log), 120, lambda: "no actor")
     (actor,) = [  # the actor's python, not the window's shell that restarts it
         pid
-        for pid in pids_with("--job_name=actor", "--task=0", f"--experiment={run_name}")
+        for pid in pids_with(
+            "--job_name=actor", "--task=0", "--policy=1", f"--experiment={run_name}"
+        )
         if not read_text(f"/proc/{pid}/cmdline").startswith("bash")
     ]
     os.kill(actor, signal.SIGKILL)
     wait_until(
         lambda: read_text(actor_log).count("acting for learner") >= 2,
         120,
-        lambda: f"actor 0 did not come back:\n{read_text(actor_log)[-2000:]}",
+        lambda: f"policy 1's actor did not come back:\n{read_text(actor_log)[-2000:]}",
     )
-    assert "[frontend] actor_0 exited with code 137; restarting it in 1 s" in read_text(actor_log)
+    assert "[frontend] policy_1_actor_0 exited with code 137; restarting it in 1 s" in (
+        read_text(actor_log)
+    )
 
     status = run_frontend(*flags, "--action=status")
     states = {line.split()[1]: line.split()[2] for line in status.stdout.splitlines()[1:]}
-    assert states == {"learners": "alive", "actor_0": "alive", "actor_1": "alive"}
+    assert states == {
+        "policy_0_learners": "alive",
+        "policy_0_actor_0": "alive",
+        "policy_1_learners": "alive",
+        "policy_1_actor_0": "alive",
+    }
 
     again = run_frontend(*flags)
     assert again.returncode == 1
@@ -127,6 +149,11 @@ def test_local_start_status_stop(run_name, tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     assert processes_with(f"--experiment={run_name}") == []
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+    # Each policy's learner was stopped through its own mpirun: it saved and said so.
+    for k in (0, 1):
+        summary = json.loads(read_text(os.path.join(run_dir, f"policy_{k}", "learner_0.json")))
+        assert summary["stopped_early"] and summary["steps"] > 0, summary
+        assert os.path.exists(os.path.join(run_dir, f"policy_{k}", "checkpoints", "checkpoint"))
 
 
 # ---- A workers CSV from an attacker ------------------------------------------------------------

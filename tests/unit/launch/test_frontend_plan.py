@@ -643,3 +643,159 @@ def test_the_dry_run_shows_the_container_commands(tmp_path):
 def test_a_container_sshd_port_out_of_range_is_refused(port):
     with pytest.raises(ValueError, match=rf"^--container_sshd_port={port}: not a port in 1-65535"):
         Containers("impala", ("docker",), sshd_port=port)
+
+
+# ---- Several policies (--num_policies) ---------------------------------------------------------
+
+POLICIES_CSV = f"""{HEADER}
+learner,n1,8001,22,alice,,,/w,
+learner,n2,8001,22,alice,,,/w,
+learner,n1,8002,22,alice,,,/w,
+learner,n2,8002,22,alice,,,/w,
+actor,n1,,22,alice,,,/w,
+actor,n2,,22,alice,,,/w,
+actor,n1,,22,alice,,,/w,
+"""
+
+
+def _policies_plan(tmp_path, text=POLICIES_CSV, num_policies=2, **kwargs):
+    path = tmp_path / "policies.csv"
+    path.write_text(text)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    flags = ["--batch_size=32", f"--num_policies={num_policies}"]
+    return run_plan.plan_run(
+        workers, flags, "pop", num_policies=num_policies, source=str(path), **kwargs
+    )
+
+
+def _windows_by_name(plans):
+    return {(p.host, w.name): w for p in plans for w in p.windows}
+
+
+def test_without_a_policy_column_learners_split_in_rank_order_and_actors_take_turns(tmp_path):
+    plans = _policies_plan(tmp_path)
+    assert [(p.host, [w.name for w in p.windows]) for p in plans] == [
+        # Ranks n1:8001, n1:8002 | n2:8001, n2:8002: policy 0's mpirun on n1, policy 1's on n2.
+        ("n1", ["policy_0_learners", "policy_0_actor_0", "policy_0_actor_1"]),
+        ("n2", ["policy_1_learners", "policy_1_actor_0"]),
+    ]
+    windows = _windows_by_name(plans)
+    # Policy 1: its own learners, actors and folder; its learners know both policies' rank 0.
+    learner = (
+        "-u experiment.py --job_name=learner --learner_hosts=n2:8001,n2:8002 --actor_hosts=n2 "
+        "--batch_size=32 --num_policies=2 --logdir=runs --experiment=pop --policy=1 "
+        "--policy_hosts=n1:8001,n2:8001"
+    )
+    assert _script(windows["n2", "policy_1_learners"]) == (
+        "cd /w && mkdir -p runs/pop/policy_1 && "
+        "mpirun -H n2:2 --bind-to none --map-by slot -x PYTHONUNBUFFERED=1 "
+        f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
+        f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} "
+        "2>&1 | tee -a runs/pop/policy_1/learners.log"
+    )
+    # Actor 2 of the CSV is policy 0's second: --task=1, its log named as in a run of one.
+    assert _script(windows["n1", "policy_0_actor_1"]) == (
+        "cd /w && mkdir -p runs/pop/policy_0 && env CUDA_VISIBLE_DEVICES= "
+        "/w/.venv/bin/python -u experiment.py --job_name=actor --task=1 "
+        "--learner_hosts=n1:8001,n1:8002 --actor_hosts=n1,n1 --batch_size=32 --num_policies=2 "
+        "--logdir=runs --experiment=pop --policy=0 2>&1 | tee -a runs/pop/policy_0/actor_1.log"
+    )
+    # One run secret for every policy, in the run folder.
+    assert [p.secret_paths for p in plans] == [("/w/runs/pop/secret",)] * 2
+
+
+def test_a_policy_column_places_each_row_and_odd_counts_split_as_evenly_as_they_can(tmp_path):
+    text = POLICIES_CSV.replace(HEADER, f"{HEADER},policy")
+    rows = text.splitlines()
+    # Learner rows 0,1,0,1 as written; actors 1,1,0.
+    policies = ["0", "1", "0", "1", "1", "1", "0"]
+    text = (
+        "\n".join([rows[0], *(f"{r},{p}" for r, p in zip(rows[1:], policies, strict=True))]) + "\n"
+    )
+    plans = _policies_plan(tmp_path, text)
+    windows = _windows_by_name(plans)
+    assert set(windows) == {
+        ("n1", "policy_0_learners"),
+        ("n1", "policy_0_actor_0"),
+        ("n2", "policy_1_learners"),
+        ("n1", "policy_1_actor_0"),
+        ("n2", "policy_1_actor_1"),
+    }
+    assert "--learner_hosts=n2:8001,n2:8002 --actor_hosts=n1,n2 " in (
+        windows["n2", "policy_1_actor_1"].command
+    )
+    # No column, 3 learners for 2 policies: blocks of 2 and 1 in rank order.
+    three = "\n".join(POLICIES_CSV.splitlines()[:4] + POLICIES_CSV.splitlines()[5:]) + "\n"
+    windows = _windows_by_name(_policies_plan(tmp_path, three))
+    assert "mpirun -H n1:2 " in windows["n1", "policy_0_learners"].command
+    assert "--learner_hosts=n2:8001 --actor_hosts=n2 " in windows["n2", "policy_1_actor_0"].command
+
+
+@pytest.mark.parametrize(
+    ("policies", "num_policies", "message"),
+    [
+        ("0,1,0,1,1,1,2", 2, r"policies\.csv:8: policy=2: out of range for --num_policies=2"),
+        ("0,0,0,0,0,1,1", 2, r"policies\.csv: no learner row names policy=1; every one of"),
+        ("0,1,0,1,1,1,1", 2, r"policies\.csv: no actor row names policy=0; every one of"),
+        ("0,1,0,1,0,2,1", 3, r"policies\.csv: no learner row names policy=2"),
+        ("0,1,0,1,1,1,x", 2, r"policies\.csv:8: policy='x': must be a policy number"),
+        ("0,1,0,1,1,1,", 2, r"policies\.csv:8: policy='': must be a policy number"),
+        ("0,1,0,1,1,1,1", 1, r"policies\.csv:3: policy=1: out of range for --num_policies=1"),
+    ],
+)
+def test_a_policy_column_that_leaves_a_policy_out_or_names_none_is_one_line(
+    tmp_path, policies, num_policies, message
+):
+    rows = POLICIES_CSV.splitlines()
+    text = f"{rows[0]},policy\n" + "".join(
+        f"{row},{p}\n" for row, p in zip(rows[1:], policies.split(","), strict=True)
+    )
+    with pytest.raises(ValueError, match=message):
+        _policies_plan(tmp_path, text, num_policies)
+
+
+def test_more_policies_than_learner_or_actor_rows_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"policies\.csv: 3 actor row\(s\) for --num_policies=4"):
+        _policies_plan(tmp_path, num_policies=4)
+    with pytest.raises(ValueError, match=r"policies\.csv: 4 learner row\(s\) for --num_policies=5"):
+        _policies_plan(tmp_path, num_policies=5)
+
+
+def test_several_policies_in_containers_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"--docker_image with --num_policies=2: several"):
+        _policies_plan(tmp_path, containers=Containers("impala", ("docker",)))
+
+
+def test_each_policys_learners_window_is_stopped_through_its_own_mpirun():
+    assert tmux.is_learners_window("learners") and tmux.is_learners_window("policy_12_learners")
+    for name in ("actor_0", "policy_1_actor_0", "policy_x_learners", "learners_0", "sshd"):
+        assert not tmux.is_learners_window(name), name
+    assert "-t =impala_pop_n1:policy_1_learners " in tmux.stop_learners_command(
+        "impala_pop_n1", "policy_1_learners"
+    )
+
+
+def test_a_dry_run_of_several_policies_shows_each_policys_windows(tmp_path):
+    path = tmp_path / "local.csv"
+    path.write_text(
+        "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices\n"
+        "learner,localhost,8001,22,,,\nlearner,localhost,8002,22,,,\n"
+        "actor,localhost,,22,,,\nactor,localhost,,22,,,\n"
+    )
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        f"--workers_csv_path={path}",
+        f"--logdir={tmp_path}",
+        "--num_policies=2",
+        "--with_pbt",
+        "--dry_run",
+    )
+    assert completed.returncode == 0, completed.stderr
+    windows = [line.split(":")[0] for line in completed.stdout.splitlines() if "window " in line]
+    assert windows == [
+        "window policy_0_learners",
+        "window policy_0_actor_0",
+        "window policy_1_learners",
+        "window policy_1_actor_0",
+    ]
+    assert completed.stdout.count("--policy_hosts=localhost:8001,localhost:8002") == 2

@@ -107,7 +107,7 @@ def test_example_csvs_in_sandbox_parse():
 
 # ---- A CSV from someone else: every field holds only what it may -----------------------------
 
-FIELDS = [*HEADER.split(","), "workdir", "python"]
+FIELDS = [*HEADER.split(","), "workdir", "python", "policy"]
 LEGAL = {
     "job": "learner",
     "host": "h1",
@@ -118,6 +118,7 @@ LEGAL = {
     "cuda_visible_devices": "0",
     "workdir": "/srv/impala",
     "python": "/srv/impala/.venv/bin/python",
+    "policy": "0",
 }
 
 
@@ -128,7 +129,7 @@ def _refused(tmp_path, **values):
         writer = csv.writer(f)
         writer.writerow(FIELDS)
         writer.writerow([values.get(name, LEGAL[name]) for name in FIELDS])
-        writer.writerow(["actor", "h2", "", "22", "", "", "", "", ""])
+        writer.writerow(["actor", "h2", "", "22", "", "", "", "", "", "0"])
     with pytest.raises(WorkersCsvError) as raised:
         workers_csv.read_workers(str(path), default_workdir="/srv/impala")
     message = str(raised.value)
@@ -257,9 +258,10 @@ def test_paths_may_hold_spaces_quotes_and_shell_characters_and_stay_intact(tmp_p
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(FIELDS)
-        writer.writerow(["learner", "h1", "8001", "22", "alice", "", "", workdir, python])
-        writer.writerow(["actor", "h1", "", "22", "alice", "", "", workdir, ""])
+        writer.writerow(["learner", "h1", "8001", "22", "alice", "", "", workdir, python, "0"])
+        writer.writerow(["actor", "h1", "", "22", "alice", "", "", workdir, "", "0"])
     learner, actor = workers_csv.read_workers(str(path), default_workdir="/srv")
+    assert (learner.policy, actor.policy) == (0, 0)
     assert (learner.workdir, learner.python) == (workdir, python)
     assert (actor.workdir, actor.python) == (workdir, f"{workdir}/.venv/bin/python")
 
