@@ -1,6 +1,7 @@
 """Fixtures for tests that start real processes (the shared helpers are in tests/helpers.py)."""
 
 import os
+import resource
 import shutil
 import subprocess
 import uuid
@@ -13,6 +14,27 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # computed as experiment.py
 
 from tests.fake_runs import save_checkpoints
 from tests.helpers import ROOT, Processes
+
+# IMPALA_TEST_CPU=<file>: each test's CPU seconds, its own and those of the child processes it
+# waited for (processes in tmux sessions are not its children), appended to <file>: where the
+# suite's time goes on a machine of few cores. A module fixture counts with its first test.
+_CPU_LOG = os.environ.get("IMPALA_TEST_CPU")
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+if _CPU_LOG:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        before = _cpu_seconds()
+        yield
+        with open(_CPU_LOG, "a") as log:
+            log.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
 
 
 @pytest.fixture

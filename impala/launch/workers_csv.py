@@ -11,9 +11,10 @@ Columns (header row required, any order; see sandbox/README.md):
   workdir   (optional)  absolute path of the project on that host (default: where it lives here)
   python    (optional)  absolute path of its interpreter (default: <workdir>/.venv/bin/python)
   policy    (optional)  with --num_policies: which policy the process trains or plays for (0,
-                        1, ...); every row then names one. Without the column, learners are
-                        split into contiguous blocks in rank order and actor i plays for policy
-                        i mod --num_policies (`run_plan.plan_run`).
+                        1, ...); if one row names one, every row does. Without (the column
+                        absent or empty), learners are split into contiguous blocks in rank
+                        order and actor i plays for policy i mod --num_policies
+                        (`run_layout.policy_layouts`).
 
 Each learner endpoint (host and tf_port) appears once: two rows of one port whose hosts resolve to
 a shared address (`localhost` and `127.0.0.1`, a name and its address) are refused too.
@@ -240,9 +241,9 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     if not posixpath.isabs(python):
         fail("python", "must be an absolute path")
     policy = None
-    if "policy" in columns:
+    if field("policy"):
         if not re.fullmatch(r"[0-9]{1,3}", field("policy")):
-            fail("policy", "must be a policy number: 0, 1, ... (every row names one)")
+            fail("policy", "must be a policy number: 0, 1, ...")
         policy = int(field("policy"))
     return Worker(
         job=job,
@@ -307,6 +308,13 @@ def _check_run(path: str, workers: list[Worker]) -> None:
     for job in JOBS:
         if not any(w.job == job for w in workers):
             raise WorkersCsvError(f"{path}: no {job} row; a run needs at least one {job}")
+    named = next((w for w in workers if w.policy is not None), None)
+    unnamed = next((w for w in workers if w.policy is None), None)
+    if named and unnamed:
+        raise WorkersCsvError(
+            f"{path}:{unnamed.line}: policy='': names no policy, but line {named.line} names "
+            f"policy {named.policy}: give every row its policy, or none"
+        )
     seen: dict[tuple[str, int], Worker] = {}
     for worker in workers:
         if worker.tf_port is None:

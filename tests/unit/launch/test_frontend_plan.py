@@ -729,6 +729,9 @@ def test_a_policy_column_places_each_row_and_odd_counts_split_as_evenly_as_they_
     windows = _windows_by_name(_policies_plan(tmp_path, three))
     assert "mpirun -H n1:2 " in windows["n1", "policy_0_learners"].command
     assert "--learner_hosts=n2:8001 --actor_hosts=n2 " in windows["n2", "policy_1_actor_0"].command
+    # The column, empty in every row: as without it.
+    empty = _policies_plan(tmp_path, POLICIES_CSV.replace(HEADER, f"{HEADER},policy"))
+    assert _windows_by_name(empty) == _windows_by_name(_policies_plan(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -739,7 +742,7 @@ def test_a_policy_column_places_each_row_and_odd_counts_split_as_evenly_as_they_
         ("0,1,0,1,1,1,1", 2, r"policies\.csv: no actor row names policy=0; every one of"),
         ("0,1,0,1,0,2,1", 3, r"policies\.csv: no learner row names policy=2"),
         ("0,1,0,1,1,1,x", 2, r"policies\.csv:8: policy='x': must be a policy number"),
-        ("0,1,0,1,1,1,", 2, r"policies\.csv:8: policy='': must be a policy number"),
+        ("0,1,0,1,1,1,", 2, r"policies\.csv:8: policy='': names no policy, but line 2 names"),
         ("0,1,0,1,1,1,1", 1, r"policies\.csv:3: policy=1: out of range for --num_policies=1"),
     ],
 )
