@@ -94,7 +94,8 @@ class _Connected(_Training):
         "Policies this run trains side by side (Sample Factory's name), each with its own "
         "weights, optimiser, learners (--num_learners of them, all-reducing among themselves "
         "only), actors, checkpoints and TensorBoard folder <run>/policy_<k>/. Launchers give "
-        "actor i to policy i mod N. 1: one policy, in the run folder itself.",
+        "actor i to policy i mod N (the CSV frontend: unless its policy column says otherwise). "
+        "1: one policy, in the run folder itself.",
         check=rule(lambda value: 1 <= value <= MAX_POLICIES, f"must be from 1 to {MAX_POLICIES}"),
     )
     policy_index: int = setting(
