@@ -218,8 +218,9 @@ def _wait_for_file(config: ActorJobConfig, path: str, load, what: str, report):
 
 
 def _wait_for_first_weights(client: transport.ActorClient, actor: Actor) -> None:
-    # The learner publishes before it serves, so this is short; acting with our own random
-    # initial weights instead would make the first unrolls' weight version meaningless.
+    # The learner serves from the moment its service exists and publishes once it has built or
+    # restored its weights, so this wait is short; acting with our own random initial weights
+    # instead would make the first unrolls' weight version meaningless.
     while not _update_weights(client, actor):
         time.sleep(0.1)
 
