@@ -81,6 +81,8 @@ def derived_seeds(seed: int, task: int, num_envs: int) -> tuple[int, int]:
 _CONNECT_ATTEMPT_SECS = 3.0
 # While waiting for the learner or the run's files, say so at most this often.
 _WAIT_REPORT_SECS = 30.0
+# Synchronous collection: the longest pause between two asks for the learner's next weights.
+_NEXT_WEIGHTS_POLL_SECS = 0.02
 
 
 @dataclasses.dataclass
@@ -94,6 +96,7 @@ class _Counts:
     # weights, sending unrolls, and (within sending) waiting for room in the queue.
     acting_secs: float = 0.0
     weights_secs: float = 0.0
+    next_weights_secs: float = 0.0  # synchronous collection: waiting for the next version
     sending_secs: float = 0.0
     room_wait_secs: float = 0.0
     # This process's CPU seconds (every thread) when its first unroll had been sent.
@@ -115,6 +118,8 @@ class _Counts:
             "sending": self.sending_secs - waiting,
             "waiting for room": waiting,
         }
+        if self.next_weights_secs:
+            parts["waiting for the next weights"] = self.next_weights_secs
         total = sum(parts.values())
         if total <= 0:
             return "no time acting"
@@ -154,6 +159,10 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             )
         client.report_episodes(actor.pop_episode_stats())
         counts.unrolls += 1
+        if config.synchronous_collection:  # acts again only with the learner's next weights
+            waited = time.monotonic()
+            _wait_for_weights_after(client, actor, unroll.weight_version)
+            counts.next_weights_secs += time.monotonic() - waited
         if counts.first_unroll_cpu is None:
             counts.first_unroll_cpu = time.process_time()
 
@@ -223,6 +232,15 @@ def _wait_for_first_weights(client: transport.ActorClient, actor: Actor) -> None
     # instead would make the first unrolls' weight version meaningless.
     while not _update_weights(client, actor):
         time.sleep(0.1)
+
+
+def _wait_for_weights_after(client: transport.ActorClient, actor: Actor, version: int) -> None:
+    """Synchronous collection: waits until the learner publishes weights newer than `version`
+    (it does after its next step), asking again after 1 ms, then at most every 20 ms."""
+    delay = 0.001
+    while not (_update_weights(client, actor) and actor.weight_version > version):
+        time.sleep(delay)
+        delay = min(2 * delay, _NEXT_WEIGHTS_POLL_SECS)
 
 
 def _update_weights(client: transport.ActorClient, actor: Actor) -> bool:

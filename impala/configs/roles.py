@@ -35,6 +35,8 @@ MAX_ACTOR_THREADS = 256
 # The precisions a network may compute in (`networks.COMPUTE_DTYPES`; this module imports no
 # TensorFlow).
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# How experience is collected (`--col_workers_communication`, PyTorchRL's name).
+COL_WORKERS_COMMUNICATIONS = ("asynchronous", "synchronous")
 # How learners send gradients to one another (`allreduce.tape_wrapper`).
 GRADIENT_COMPRESSIONS = ("none", "fp16")
 # How --mode=test picks actions: sampled from the policy, or its most likely one.
@@ -89,6 +91,17 @@ class _Connected(_Training):
         "make and copy it, the learner makes it if it is missing. Every process of a run needs "
         "the same setting. Off: the run secret authenticates each call, in the clear.",
     )
+    col_workers_communication: str = setting(
+        "asynchronous",
+        "How experience is collected (PyTorchRL's name). asynchronous: actors act with the "
+        "weights they last fetched while the learners train, and V-trace corrects the lag "
+        "(IMPALA). synchronous: after each unroll an actor waits for its learner's next "
+        "weights, and a learner drops every trajectory acted with weights older than its own, "
+        "so it trains at policy lag 0 (A2C's and PPO's rollouts); a batch then must not need "
+        "more trajectories than its actors give with one version (--num_envs_per_actor x "
+        "its actors). Every process of a run needs the same setting.",
+        choices=COL_WORKERS_COMMUNICATIONS,
+    )
     num_policies: int = setting(
         1,
         "Policies this run trains side by side (Sample Factory's name), each with its own "
@@ -105,6 +118,11 @@ class _Connected(_Training):
         check=non_negative(),
         flag="policy",
     )
+
+    @property
+    def synchronous_collection(self) -> bool:
+        """Whether actors wait for each new version and learners train at lag 0 only."""
+        return self.col_workers_communication == "synchronous"
 
     def check_policy(self) -> None:
         """Raises a one-line error unless --policy names one of --num_policies."""
@@ -227,6 +245,16 @@ class LearnerJobConfig(_Connected):
         if not (self.secret_file or self.logdir):
             raise ValueError(
                 "--secret_file: needed with --logdir='' (a run folder would keep the run secret)"
+            )
+        if self.synchronous_collection and self.replays:
+            raise ValueError(
+                "--col_workers_communication=synchronous: cannot take --replay_parameters "
+                "(replayed trajectories were acted with older weights: their lag is never 0)"
+            )
+        if self.synchronous_collection and self.pbt.with_pbt:
+            raise ValueError(
+                "--col_workers_communication=synchronous: cannot take --with_pbt (a copy gives "
+                "a policy another's weight version, which its waiting actors would not follow)"
             )
         batch_size = self.learner.batch_size
         if self.replays:

@@ -194,6 +194,36 @@ MAX_PROCESSES = 1024
 MAX_RESTART_DELAY_SECS = 86_400
 
 
+def check_synchronous_rounds(given: dict[str, object], num_learners: int, num_actors: int) -> None:
+    """In synchronous collection (`--col_workers_communication`), raises a one-line error if a
+    learner's batch needs more trajectories than its actors give with one version: it would
+    wait for them forever while they wait for its next weights.
+
+    Args:
+      given: the flags every process gets (the others take their defaults).
+      num_learners: learners per policy.
+      num_actors: actors in all (actor i plays for policy i mod --num_policies).
+    """
+
+    def value(name: str):
+        return given.get(name, FLAGS[name].default)
+
+    if value("col_workers_communication") != "synchronous":
+        return
+    num_policies, num_envs = int(value("num_policies")), int(value("num_envs_per_actor"))
+    batch_size = int(value("batch_size"))
+    # The fewest actors any learner has: the last policy's last learner.
+    policy_actors = len(range(num_policies - 1, num_actors, num_policies))
+    fewest = len(range(num_learners - 1, policy_actors, num_learners))
+    if fewest * num_envs < batch_size:
+        raise ValueError(
+            f"--batch_size={batch_size}: in synchronous collection a learner with {fewest} "
+            f"actor(s) of --num_envs_per_actor={num_envs} gets {fewest * num_envs} trajectories "
+            "a version, and its batch would wait for more forever; give a --batch_size of at "
+            "most that, or more actors"
+        )
+
+
 def check_launcher_flags(num_learners: int, num_actors: int, num_policies: int = 1) -> None:
     """Raises a one-line error for a flag of run_local.py itself out of range (the numbers of
     learners per policy and actors as `run_flags` gives them)."""
@@ -319,6 +349,7 @@ def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
     given, num_learners, num_actors, resuming = run_flags(run_dir)
     planning.check_hyperparameters(given)  # as every process will, before any starts
     check_launcher_flags(num_learners, num_actors, int(given.get("num_policies", 1)))
+    check_synchronous_rounds(given, num_learners, num_actors)
     if resuming:
         print(resuming)
     return experiment_name, run_dir, given, num_learners, num_actors

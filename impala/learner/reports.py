@@ -47,7 +47,8 @@ def report_progress(
         f"grad norm {stats['gradient_norm']:.2f}{skipped_text(counters)} | "
         f"lr {stats['learning_rate']:.2e} | policy lag {policy_lag:.1f} "
         f"(clipped {stats['clipped_fraction']:.0%}) | "
-        f"queue {service.queue_size}/{service.queue_capacity}{replay_text(learning)} | "
+        f"queue {service.queue_size}/{service.queue_capacity}{replay_text(learning)}"
+        f"{stale_text(learning)} | "
         f"actors {int(learners.actors.sum())} (back {int(learners.reconnections.sum())}x)"
     )
     summaries = learning.summaries
@@ -92,6 +93,14 @@ def replay_text(learning: Learning) -> str:
 
 def _mean(values: np.ndarray) -> float:
     return float(np.mean(values)) if len(values) else 0.0
+
+
+def stale_text(learning: Learning) -> str:
+    """The progress line's count of trajectories dropped for their lag, in synchronous
+    collection (this learner's)."""
+    if not learning.config.synchronous_collection:
+        return ""
+    return f" (stale dropped {learning.service.stale_trajectories})"
 
 
 def skipped_text(counters: Counters) -> str:
@@ -151,6 +160,8 @@ def summary(learning: Learning, progress: Progress) -> dict:
         "resumed_from": learning.resumed_from,
         "refused_calls": service.refusals,
         "skipped_steps": counters.skipped_steps,
+        # Synchronous collection: trajectories dropped for being acted with older weights.
+        "stale_trajectories": service.stale_trajectories,
         "episodes_ignored": counters.episodes_ignored,
         # Calls refused for the secret, by the caller's host ("ipv4:10.0.0.7").
         "refusing_hosts": service.refusing_hosts,

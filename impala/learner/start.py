@@ -87,6 +87,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         queue_capacity=queue_capacity,
         secret=secret,
         tls=tls,
+        synchronous=config.synchronous_collection,
     )
     population = None
     if config.pbt.with_pbt:

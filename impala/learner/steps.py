@@ -40,13 +40,17 @@ def wait_for_batch(
             warned = True
             logging.warning(
                 "learner %d has waited %.0f s for a batch (%d/%d trajectories queued): are its "
-                "actors (tasks %d mod %d) running? It keeps waiting for them",
+                "actors (tasks %d mod %d) running?%s It keeps waiting for them",
                 topology.rank,
                 time.monotonic() - started,
                 service.queue_size,
                 batch_size,
                 topology.rank,
                 topology.size,
+                " In synchronous collection they give --num_envs_per_actor trajectories each "
+                "with one version, then wait for the next: a batch that needs more never fills."
+                if learning.config.synchronous_collection
+                else "",
             )
     if warned:
         logging.warning(

@@ -66,6 +66,7 @@ class LearnerService:
         secret: str,
         store: TrajectoryStore | None = None,
         tls=None,
+        synchronous: bool = False,
     ):
         """Starts serving at `address` ("host:port").
 
@@ -84,6 +85,9 @@ class LearnerService:
           secret: the run secret (`run_secret.LENGTH` hexadecimal digits) every call carries.
           store: where trajectories wait for the learner; its `capacity` is `queue_capacity`.
           tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
+          synchronous: synchronous collection (`--col_workers_communication`): only
+            trajectories acted with the weights last published are queued, and publishing new
+            weights drops those still queued (counted in `stale_trajectories`).
 
         Raises:
           ValueError: `address` is malformed or cannot be listened on (another process holds
@@ -112,6 +116,13 @@ class LearnerService:
         self._episodes = EpisodeInbox()
         self._lock = threading.Lock()
         self._received = 0
+        self._synchronous = synchronous
+        # Synchronous collection: a chunk's version is checked and the chunk queued under this
+        # lock, and new weights published under it, so that no chunk of an older version is
+        # queued after the weights that make it stale.
+        self._admission = threading.Lock()
+        self._published_version = NO_WEIGHTS_VERSION
+        self._stale = 0
         self._finished = False
         # The reply to `Weights`: the version, then the weights (see `publish_weights`).
         self._weights_reply = VERSION.pack(NO_WEIGHTS_VERSION)
@@ -157,10 +168,25 @@ class LearnerService:
         """Trajectories actors have put into the queue since this learner started."""
         return self._received
 
+    @property
+    def stale_trajectories(self) -> int:
+        """Synchronous collection: trajectories dropped for having been acted with weights older
+        than the learner's (refused on arrival, or left queued when new weights came)."""
+        return self._stale
+
     def publish_weights(self, version: int) -> None:
-        """Makes the current variable values available to actors as `version`."""
+        """Makes the current variable values available to actors as `version`. In synchronous
+        collection, the trajectories still queued are stale from now on: they are dropped."""
         flat = _flat_weights(self._variables).numpy() if self._variables else np.zeros(0)
-        self._weights_reply = VERSION.pack(version) + flat.astype("<f4").tobytes()
+        reply = VERSION.pack(version) + flat.astype("<f4").tobytes()
+        with self._admission:
+            self._weights_reply = reply
+            self._published_version = version
+            stale = self.queue_size if self._synchronous else 0
+        if stale:  # the oldest `stale` (first in, first out); only this thread dequeues
+            self._queue.dequeue(stale)
+            with self._lock:
+                self._stale += stale
 
     def publish_status(self, status: bytes) -> None:
         """Makes `status` (UTF-8 JSON) the answer to `PolicyStatus`."""
@@ -273,10 +299,20 @@ class LearnerService:
         except RefusedError as refused:
             self._refusals.count(refused.reason)
             return STATUS.pack(REFUSED)
-        if not self._queue.admit(actor_task, weight_version, steps, agent_state):
+        trajectories = steps.prev_action.shape[1]
+        if self._synchronous:
+            with self._admission:
+                if weight_version != self._published_version:  # acted with older weights
+                    with self._lock:
+                        self._stale += trajectories
+                    return STATUS.pack(ACCEPTED)  # and dropped: the actor acts again
+                admitted = self._queue.admit(actor_task, weight_version, steps, agent_state)
+        else:
+            admitted = self._queue.admit(actor_task, weight_version, steps, agent_state)
+        if not admitted:
             return STATUS.pack(QUEUE_FULL)
         with self._lock:
-            self._received += steps.prev_action.shape[1]
+            self._received += trajectories
         return STATUS.pack(ACCEPTED)
 
     def _read_chunk(self, actor_task: int, weight_version: int, request: bytes):

@@ -47,11 +47,17 @@ def _actor_flags(port, task, *extra):
     )
 
 
-def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(processes, tmp_path):
+@pytest.mark.parametrize("collection", ["asynchronous", "synchronous"])
+def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(
+    processes, tmp_path, collection
+):
     """The learner's own loop (experiment.py's learner role, recording what it dequeues and
-    publishes) trains 40 steps on two actor processes' unrolls."""
+    publishes) trains 40 steps on two actor processes' unrolls. In synchronous collection each
+    batch is both actors' unrolls of one version, the learner's: policy lag 0, and pi / mu is 1
+    at every step (V-trace's ratios, before the batch's first step)."""
     (port,) = free_ports(1)
-    batch_size, steps = 6, 40
+    batch_size, steps = 2 * NUM_ENVS, 40  # in synchronous collection, one version's unrolls
+    mode = f"--col_workers_communication={collection}"
     record_path = str(tmp_path / "record.pkl")
     learner_process = processes.start(
         "learner",
@@ -71,10 +77,11 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
             f"--total_environment_frames={steps * batch_size * UNROLL_LENGTH}",
             f"--logdir={tmp_path / 'runs'}",
             f"--secret_file={processes.secret_file}",
+            mode,
         ],
     )
     actors = [
-        processes.experiment(f"actor_{t}", *_actor_flags(port, t, f"--actor_threads={t + 1}"))
+        processes.experiment(f"actor_{t}", *_actor_flags(port, t, f"--actor_threads={t + 1}", mode))
         for t in range(2)
     ]
     assert processes.wait(learner_process, 120) == 0, processes.log(learner_process)
@@ -102,6 +109,11 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
             ends[task][counters[-1, b]] += 1
         lags.extend(learner_version - versions)
         _check_behaviour_logits(agent, batch_steps, versions, record["published"])
+        if collection == "synchronous":
+            # Acted with the weights the learner holds: its policy is the behaviour policy.
+            _check_behaviour_logits(
+                agent, batch_steps, [learner_version] * len(versions), record["published"]
+            )
 
     assert set(starts) == {0, 1}, "both actors delivered"
     for task in starts:
@@ -111,7 +123,11 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(proce
             assert count <= NUM_ENVS
             assert start == 0 or ends[task][start] >= count, (task, start)
     assert max(v for *_, versions, _ in record["batches"][-5:] for v in versions) > steps - 10
-    assert np.mean(lags) < 5, f"policy lag {np.mean(lags)}"
+    if collection == "synchronous":
+        assert set(lags) == {0}, f"policy lags {collections.Counter(lags)}"
+        assert "waiting for the next weights" in processes.log(actors[0])
+    else:
+        assert np.mean(lags) < 5, f"policy lag {np.mean(lags)}"
 
 
 def _check_behaviour_logits(agent, steps, versions, weights_by_version):

@@ -203,6 +203,17 @@ def _check_as_launcher(*argv):
         (["--num_policies=65"], "--num_policies=65: must be from 1 to 64"),
         (["--with_pbt"], "--with_pbt: needs --num_policies of at least 2 (a population), not 1"),
         (
+            [
+                "--col_workers_communication=synchronous",
+                '--replay_parameters=[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
+            ],
+            "--col_workers_communication=synchronous: cannot take --replay_parameters",
+        ),
+        (
+            ["--col_workers_communication=synchronous", "--num_policies=2", "--with_pbt"],
+            "--col_workers_communication=synchronous: cannot take --with_pbt",
+        ),
+        (
             ["--num_policies=2", "--pbt_period_env_steps=1e5"],
             "--pbt_period_env_steps: given without --with_pbt, which it is a setting of",
         ),
@@ -333,6 +344,47 @@ def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message)
             single_host.check_launcher_flags(
                 FLAGS.num_learners, FLAGS.num_actors, FLAGS.num_policies
             )
+
+
+@pytest.mark.parametrize(
+    ("given", "num_learners", "num_actors", "message"),
+    [
+        ({}, 1, 1, None),  # asynchronous: a batch fills whatever the actors
+        ({"col_workers_communication": "synchronous", "batch_size": 32}, 1, 2, None),  # 2 x 16
+        (
+            {"col_workers_communication": "synchronous", "batch_size": 32},
+            1,
+            1,
+            "--batch_size=32: in synchronous collection a learner with 1 actor(s) of "
+            "--num_envs_per_actor=16 gets 16 trajectories a version",
+        ),
+        (  # 5 actors for 2 learners: the second learner has 2 of them
+            {"col_workers_communication": "synchronous", "num_envs_per_actor": 4, "batch_size": 12},
+            2,
+            5,
+            "a learner with 2 actor(s) of --num_envs_per_actor=4 gets 8 trajectories",
+        ),
+        (  # 5 actors for 2 policies of 2 learners: policy 1's second learner has 1
+            {
+                "col_workers_communication": "synchronous",
+                "num_policies": 2,
+                "num_envs_per_actor": 4,
+                "batch_size": 8,
+            },
+            2,
+            5,
+            "a learner with 1 actor(s) of --num_envs_per_actor=4 gets 4 trajectories",
+        ),
+    ],
+)
+def test_synchronous_collection_needs_batches_that_one_versions_unrolls_fill(
+    given, num_learners, num_actors, message
+):
+    if message is None:
+        single_host.check_synchronous_rounds(given, num_learners, num_actors)
+        return
+    with pytest.raises(ValueError, match=re.escape(message)):
+        single_host.check_synchronous_rounds(given, num_learners, num_actors)
 
 
 @pytest.mark.parametrize(

@@ -167,7 +167,9 @@ def make_service():
     """Starts `LearnerService`s on free ports; closes them after the test."""
     services = []
 
-    def make(spec, variables=(), queue_capacity=64, learner_index=0, num_learners=1):
+    def make(
+        spec, variables=(), queue_capacity=64, learner_index=0, num_learners=1, synchronous=False
+    ):
         address = _free_address()
         service = LearnerService(
             address,
@@ -178,6 +180,7 @@ def make_service():
             num_learners,
             queue_capacity,
             secret=SECRET,
+            synchronous=synchronous,
         )
         services.append(service)
         return service, address
@@ -1117,3 +1120,36 @@ def test_over_tls_an_actor_with_the_runs_bundle_sends_and_fetches(tmp_path):
         assert service.connections == {0: 1}
     finally:
         service.stop()
+
+
+def test_synchronous_collection_queues_only_trajectories_of_the_published_version(make_service):
+    """--col_workers_communication=synchronous: a chunk acted with other weights than those
+    published is dropped on arrival (the actor hears it accepted, and acts again with the next
+    weights), and new weights drop what is still queued: the learner trains at lag 0 only."""
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, synchronous=True)
+    client = _client(address, spec)
+    rng = np.random.default_rng(3)
+    service.publish_weights(4)
+    client.send(_unroll(spec, 2, rng, weight_version=3))  # acted before the last step
+    assert (service.queue_size, service.stale_trajectories) == (0, 2)
+    assert client.refused_chunks == 0
+    client.send(_unroll(spec, 3, rng, weight_version=4))
+    assert (service.queue_size, service.stale_trajectories) == (3, 2)
+    service.publish_weights(5)  # the three queued were acted with version 4: stale now
+    assert (service.queue_size, service.stale_trajectories) == (0, 5)
+    client.send(_unroll(spec, 2, rng, weight_version=5))
+    queued = service.dequeue(2)
+    assert list(np.asarray(queued.weight_version)) == [5, 5]
+    assert service.trajectories_received == 5  # the ones admitted; the late two never were
+
+
+def test_asynchronous_collection_queues_every_version(make_service):
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    client = _client(address, spec)
+    rng = np.random.default_rng(4)
+    service.publish_weights(4)
+    client.send(_unroll(spec, 2, rng, weight_version=1))
+    service.publish_weights(5)
+    assert (service.queue_size, service.stale_trajectories) == (2, 0)
