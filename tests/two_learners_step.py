@@ -12,6 +12,8 @@ OUT_DIR/rank_<rank>.json: {scenario: {skipped_steps, unchanged, finite, sha256}}
   sound:      both batches are sound
   fp16:       both sound, the gradients sent with --gradient_compression=fp16
   minibatches: both sound, two shuffled minibatches a pass (each rank shuffles its own way)
+  asynchronous: both sound, asynchronous gradients (each step applies the average of the step
+               before's), the last step's applied by `flush`
 """
 
 from __future__ import annotations
@@ -73,18 +75,21 @@ def _scenario(rank: int, name: str) -> dict:
     agent = networks.make_agent("MLPAgent", NUM_ACTIONS)
     networks.build_variables(agent, (OBSERVATION_SIZE,), np.float32)
     optimise.compute_loss = _loss_not_finite if name == "loss_only" and rank == 1 else _compute_loss
+    delayed = name == "asynchronous"
     trainer = optimise.Trainer(
         agent,
         config,
-        wrap_tape=allreduce.tape_wrapper("fp16" if name == "fp16" else "none"),
+        wrap_tape=None if delayed else allreduce.tape_wrapper("fp16" if name == "fp16" else "none"),
         every_learner=allreduce.every_learner,
         seed=rank,
+        delayed_reduce=allreduce.gradient_reducer() if delayed else None,
     )
     trainer.create_optimizer_slots()
     allreduce.broadcast_from_chief(list(agent.variables) + list(trainer.optimizer.variables))
     state = [*agent.variables, *trainer.optimizer.variables]
     before = [v.numpy().copy() for v in state]
     stats = trainer.learn(_batch(seed=10 * rank, poisoned=name == "issue" and rank == 1), 0)
+    stats["skipped_steps"] += trainer.flush()
     after = [v.numpy() for v in state]
     return {
         "skipped_steps": stats["skipped_steps"],
@@ -97,7 +102,7 @@ def _scenario(rank: int, name: str) -> dict:
 def main() -> None:
     out_dir = sys.argv[1]
     topology = allreduce.init()
-    names = ("issue", "loss_only", "sound", "fp16", "minibatches")
+    names = ("issue", "loss_only", "sound", "fp16", "minibatches", "asynchronous")
     seen = {name: _scenario(topology.rank, name) for name in names}
     with open(os.path.join(out_dir, f"rank_{topology.rank}.json"), "w") as f:
         json.dump(seen, f)

@@ -37,6 +37,8 @@ MAX_ACTOR_THREADS = 256
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # How experience is collected (`--col_workers_communication`, PyTorchRL's name).
 COL_WORKERS_COMMUNICATIONS = ("asynchronous", "synchronous")
+# How learners combine their gradients (`--grad_workers_communication`, PyTorchRL's name).
+GRAD_WORKERS_COMMUNICATIONS = ("synchronous", "asynchronous")
 # How learners send gradients to one another (`allreduce.tape_wrapper`).
 GRADIENT_COMPRESSIONS = ("none", "fp16")
 # How --mode=test picks actions: sampled from the policy, or its most likely one.
@@ -173,6 +175,17 @@ class LearnerJobConfig(_Connected):
         "fresh.",
         check=lambda name, value: replay.parse(value) and None,
     )
+    grad_workers_communication: str = setting(
+        "synchronous",
+        "How learners combine their gradients (PyTorchRL's name). synchronous: each step "
+        "applies the average of the gradients every learner has just computed, so each "
+        "waits for the all-reduce. asynchronous: each step applies the average of the "
+        "gradients the learners computed at the step before, all-reduced while this step "
+        "computes, so the link's time overlaps computation; gradients are one step old, the "
+        "learners' weights stay identical, and the last step's are applied at the end (a "
+        "checkpoint holds every step but the last, whose gradients a resume drops).",
+        choices=GRAD_WORKERS_COMMUNICATIONS,
+    )
     gradient_compression: str = setting(
         "none",
         "How learners send their gradients to one another's all-reduce: none (float32) or fp16 "
@@ -250,6 +263,12 @@ class LearnerJobConfig(_Connected):
             raise ValueError(
                 "--col_workers_communication=synchronous: cannot take --replay_parameters "
                 "(replayed trajectories were acted with older weights: their lag is never 0)"
+            )
+        if self.grad_workers_communication == "asynchronous" and self.pbt.with_pbt:
+            raise ValueError(
+                "--grad_workers_communication=asynchronous: cannot take --with_pbt (a copy of "
+                "another policy's weights would receive this policy's gradients kept from the "
+                "step before)"
             )
         if self.synchronous_collection and self.pbt.with_pbt:
             raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import horovod.tensorflow as hvd
@@ -59,6 +60,24 @@ def tape_wrapper(compression: str):
             f"{', '.join(configs.GRADIENT_COMPRESSIONS)}"
         )
     return functools.partial(wrap_tape, compression=compression)
+
+
+def gradient_reducer(compression: str = "none") -> Callable[[list[tf.Tensor]], list[tf.Tensor]]:
+    """Asynchronous gradients' all-reduce (`Trainer`'s `delayed_reduce`): the average over all
+    learners of a list of gradients, in one grouped all-reduce, sent as float32 or float16."""
+    if compression not in configs.GRADIENT_COMPRESSIONS:
+        raise ValueError(
+            f"--gradient_compression={compression}: must be one of "
+            f"{', '.join(configs.GRADIENT_COMPRESSIONS)}"
+        )
+    compressor = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+
+    def reduce(gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+        return hvd.grouped_allreduce(
+            gradients, op=hvd.Average, compression=compressor, name="delayed_gradients"
+        )
+
+    return reduce
 
 
 def every_learner(flag: tf.Tensor) -> tf.Tensor:

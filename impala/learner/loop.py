@@ -121,6 +121,8 @@ def _finish(learning: Learning, progress: Progress) -> dict:
     """Saves the last state, tells the actors if the run is over, writes this learner's
     summary and waits for every learner to be done."""
     counters, service = learning.counters, learning.service
+    # Asynchronous gradients: every learner applies the last step's, kept until now.
+    reports.count_skipped(learning, learning.trainer.flush())
     if counters.steps:
         # (After no step, the latest checkpoint already holds this state: writing it again
         # would rewrite that checkpoint's files in place.)

@@ -73,6 +73,9 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Opt
 TapeWrapper = Callable[[tf.GradientTape], Any]
 # Reduces a bool scalar of this learner's to whether it holds on every learner.
 FlagReducer = Callable[[tf.Tensor], tf.Tensor]
+# Averages a list of gradients over the learners (asynchronous gradients: Horovod's grouped
+# all-reduce of the step before's).
+GradientReducer = Callable[[list[tf.Tensor]], list[tf.Tensor]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,15 @@ class Trainer:
     optimiser's state change, and the step is counted (`skipped_steps`). Applied, it would make
     every weight NaN, since clipping by a non-finite global norm makes every gradient NaN. Only
     a batch beyond what float32 holds does it (see the bounds in `impala/trajectory.py`).
+
+    Asynchronous gradients (`delayed_reduce`, --grad_workers_communication=asynchronous): a
+    step computes this learner's own gradients and, at the same time, averages the gradients
+    every learner computed at the step before (`delayed_reduce`) and applies that average; its
+    own are kept for the next step's all-reduce. So no learner waits for the all-reduce of the
+    gradients it has just computed: the network's time to carry them overlaps the next step's
+    computation. Every learner applies the same average, so their weights stay identical; each
+    step applies gradients one step old (computed at the weights before the last update).
+    `flush` applies the gradients kept, before a checkpoint and at the end.
     """
 
     def __init__(
@@ -109,6 +121,7 @@ class Trainer:
         wrap_tape: TapeWrapper | None = None,
         every_learner: FlagReducer | None = None,
         seed: int = 0,
+        delayed_reduce: GradientReducer | None = None,
     ):
         """Creates the optimiser.
 
@@ -121,6 +134,9 @@ class Trainer:
             that all skip a step together when any one's loss is not finite; None: this
             learner alone.
           seed: seeds the order in which each pass takes a batch's trajectories.
+          delayed_reduce: asynchronous gradients: averages gradients over the learners, each
+            step's at the next step (then `wrap_tape` must leave the tape's gradients this
+            learner's own). None: each step applies the gradients it computes.
         """
         self._agent = agent
         self._config = config
@@ -133,6 +149,17 @@ class Trainer:
         self.entropy_cost = tf.Variable(config.entropy_cost, trainable=False, dtype=tf.float32)
         # Without autograph: the step's control flow is Python on the config, and converting
         # Horovod's gradient tape was half of a two-learner run's wait for its first step.
+        self._delayed_reduce = delayed_reduce
+        if delayed_reduce is not None:
+            # The gradients computed at the step before, this learner's own, waiting for the
+            # all-reduce of the next step; and what applying them needs to know.
+            self._pending = [
+                tf.Variable(tf.zeros_like(v), trainable=False) for v in agent.trainable_variables
+            ]
+            self._pending_held = tf.Variable(False, trainable=False)
+            self._pending_finite = tf.Variable(True, trainable=False)
+            self._pending_share = tf.Variable(1.0, trainable=False)
+            self._flush = tf.function(self._apply_pending, autograph=False)
         self._train_step = tf.function(self._step, autograph=False)
         self._target_logits = tf.function(self._policy_logits, autograph=False)
         self._order = np.random.default_rng(seed)
@@ -215,6 +242,35 @@ class Trainer:
         summary["skipped_steps"] = int(skipped)
         return summary
 
+    @property
+    def delays_gradients(self) -> bool:
+        """Whether a step applies the gradients of the step before (asynchronous gradients)."""
+        return self._delayed_reduce is not None
+
+    def flush(self) -> int:
+        """Asynchronous gradients: applies the gradients kept from the last step (averaged over
+        the learners), so that the weights hold every step taken: before a checkpoint, and at
+        the end. Every learner must call it at the same point. Returns 1 if they were skipped
+        (not finite), else 0."""
+        if self._delayed_reduce is None:
+            return 0
+        return int(self._flush())
+
+    def _apply_pending(self) -> tf.Tensor:
+        """Averages the kept gradients over the learners and applies them if they are held and
+        finite on every learner; then holds none. Returns whether a held step was skipped."""
+        variables = self._agent.trainable_variables
+        reduced = self._delayed_reduce([tf.identity(g) for g in self._pending])
+        norm = tf.linalg.global_norm(reduced)
+        held = self._pending_held.read_value()
+        apply = (
+            held & self._every_learner(self._pending_finite.read_value()) & tf.math.is_finite(norm)
+        )
+        share = self._pending_share.read_value()
+        tf.cond(apply, lambda: self._apply(reduced, variables, norm, share), lambda: None)
+        self._pending_held.assign(False)
+        return held & ~apply
+
     def _policy_logits(self, batch: Batch) -> tf.Tensor:
         """The learner's policy logits [T, B, NUM_ACTIONS] on `batch`'s steps, no gradient."""
         return tf.stop_gradient(unroll(self._agent, batch).policy_logits[:-1])
@@ -229,6 +285,8 @@ class Trainer:
             batch = trajectories(batch, indices)
             if proximal_logits is not None:
                 proximal_logits = tf.gather(proximal_logits, indices, axis=1)
+        if self._delayed_reduce is not None:
+            return self._delayed_step(batch, share, proximal_logits)
         variables = self._agent.trainable_variables
         with tf.GradientTape() as tape:
             loss = compute_loss(
@@ -256,6 +314,47 @@ class Trainer:
             "learning_rate": tf.identity(self.learning_rate),
             "entropy_cost": tf.identity(self.entropy_cost),
             "skipped": tf.cast(~apply, tf.int32),
+        }, loss.target_logits
+
+    def _delayed_step(
+        self, batch: Batch, share: float, proximal_logits: tf.Tensor | None
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """Asynchronous gradients: applies the average of the gradients every learner kept at
+        the step before, and keeps this step's own for the next.
+
+        The all-reduce reads only the kept gradients, so nothing it does waits for this step's
+        forward and backward passes: Horovod carries them in its own thread while those
+        compute, at the weights before this step's update.
+        """
+        variables = self._agent.trainable_variables
+        reduced = self._delayed_reduce([tf.identity(kept) for kept in self._pending])
+        held = self._pending_held.read_value()
+        finite_everywhere = self._every_learner(self._pending_finite.read_value())
+        kept_share = self._pending_share.read_value()
+        with tf.GradientTape() as tape:
+            loss = compute_loss(
+                self._agent, batch, self._config, proximal_logits, self.entropy_cost
+            )
+        gradients = tape.gradient(loss.total, variables)  # this learner's own
+        norm = tf.linalg.global_norm(reduced)
+        apply = held & finite_everywhere & tf.math.is_finite(norm)
+        tf.cond(apply, lambda: self._apply(reduced, variables, norm, kept_share), lambda: None)
+        for kept, gradient in zip(self._pending, gradients, strict=True):
+            kept.assign(gradient)
+        own_norm = tf.linalg.global_norm(gradients)
+        self._pending_finite.assign(tf.math.is_finite(loss.total) & tf.math.is_finite(own_norm))
+        self._pending_share.assign(share)
+        self._pending_held.assign(True)
+        return {
+            "loss/total": loss.total,
+            "loss/policy_gradient": loss.policy_gradient,
+            "loss/baseline": loss.baseline,
+            "loss/entropy": loss.entropy,
+            "clipped_fraction": loss.clipped_fraction,
+            "gradient_norm": norm,  # of the gradients applied: the step before's average
+            "learning_rate": tf.identity(self.learning_rate),
+            "entropy_cost": tf.identity(self.entropy_cost),
+            "skipped": tf.cast(held & ~apply, tf.int32),
         }, loss.target_logits
 
     def _apply(self, gradients, variables, gradient_norm, share: float) -> None:

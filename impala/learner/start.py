@@ -33,12 +33,15 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
     run_dir = saving.make_run_folder(config, topology)
     tf.random.set_seed(config.game.seed)
     env_info, agent = build_agent(config)
+    delayed = config.grad_workers_communication == "asynchronous"
     trainer = Trainer(
         agent,
         config.learner,
-        wrap_tape=allreduce.tape_wrapper(config.gradient_compression),
+        # Synchronous gradients: averaged as the tape takes them; asynchronous: a step later.
+        wrap_tape=None if delayed else allreduce.tape_wrapper(config.gradient_compression),
         every_learner=allreduce.every_learner,
         seed=config.game.seed + topology.rank,
+        delayed_reduce=allreduce.gradient_reducer(config.gradient_compression) if delayed else None,
     )
     trainer.create_optimizer_slots()
     spec, identity = transport.describe(

@@ -197,7 +197,9 @@ class _PairRun(NamedTuple):
 @pytest.fixture(scope="module")
 def pair_run(tmp_path_factory):
     """One run of two learners under mpirun and two actors through run_local.py, stopped with
-    Ctrl-C and resumed with only its name to its budget: shared by the tests that need one."""
+    Ctrl-C and resumed with only its name to its budget: shared by the tests that need one.
+    Its learners combine their gradients asynchronously (each step applies the average of the
+    step before's); the SSH frontend's and fault injection's learners, synchronously."""
     runs = tmp_path_factory.mktemp("pair") / "runs"
     run_dir = runs / "pair"
     processes = Processes(str(runs.parent))
@@ -205,7 +207,11 @@ def pair_run(tmp_path_factory):
         first = processes.start(
             "run_local_1",
             run_local_argv(
-                runs, "--experiment=pair", *TWO_LEARNERS, "--total_environment_frames=2400"
+                runs,
+                "--experiment=pair",
+                *TWO_LEARNERS,
+                "--total_environment_frames=2400",
+                "--grad_workers_communication=asynchronous",
             ),
         )
         wait_until(lambda: "  step " in processes.log(first), 180, lambda: processes.log(first))
@@ -274,6 +280,7 @@ def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "resuming" in second.stdout and "2 learner(s), 2 actor(s)" in second.stdout
     assert "--num_envs_per_actor=2" in second.stdout
+    assert "--grad_workers_communication=asynchronous" in second.stdout
     assert finished[0]["resumed_from"]  # rank 0 restores, then broadcasts to every rank
     assert finished[0]["frames"] == finished[1]["frames"] == 2400
     assert finished[0]["weights_sha256"] == finished[1]["weights_sha256"]

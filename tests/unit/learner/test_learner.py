@@ -956,3 +956,52 @@ def test_the_learner_leaves_out_and_counts_games_whose_return_is_absurd(monkeypa
     assert learner_reports.skipped_text(counters) == ""
     counters.skipped_steps = 6
     assert learner_reports.skipped_text(counters) == " (6 steps skipped: not finite)"
+
+
+def test_asynchronous_gradients_apply_each_steps_gradients_at_the_next_step():
+    """--grad_workers_communication=asynchronous, with one learner (the all-reduce averages
+    over itself): a step applies the gradients kept at the step before, so after two steps the
+    weights are those one step of the synchronous trainer gives on the first batch; `flush`
+    applies the second's. A non-finite kept step is skipped when it would be applied."""
+    rng = np.random.default_rng(12)
+    first, second = _batch(rng), _batch(rng)
+    config = LearnerConfig(batch_reuse=1)
+    synchronous = optimise.Trainer(_mlp_agent(seed=3), config)
+    synchronous.create_optimizer_slots()
+    agent = _mlp_agent(seed=3)
+    trainer = optimise.Trainer(agent, config, delayed_reduce=lambda gradients: gradients)
+    trainer.create_optimizer_slots()
+    assert trainer.delays_gradients and not synchronous.delays_gradients
+    initial = [v.numpy() for v in agent.trainable_variables]
+
+    stats = trainer.step(first, frames=0)  # nothing kept yet: nothing applied
+    assert stats["skipped_steps"] == 0 and stats["gradient_norm"] == 0
+    for variable, value in zip(agent.trainable_variables, initial, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), value)
+    expected = synchronous.step(first, frames=0)
+    trainer.step(second, frames=0)  # applies the first batch's gradients
+    for mine, theirs in zip(
+        agent.trainable_variables, synchronous._agent.trainable_variables, strict=True
+    ):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-7)
+    assert expected["skipped_steps"] == 0
+    applied = [v.numpy() for v in agent.trainable_variables]
+    assert trainer.flush() == 0  # the second batch's, kept: applied now
+    assert any(
+        not np.array_equal(v.numpy(), a)
+        for v, a in zip(agent.trainable_variables, applied, strict=True)
+    )
+    flushed = [v.numpy() for v in agent.trainable_variables]
+    assert trainer.flush() == 0  # nothing kept: nothing changes
+    for variable, value in zip(agent.trainable_variables, flushed, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), value)
+
+    # A batch whose gradients are not finite is kept, then skipped when its turn comes.
+    poisoned = _batch(rng)
+    logits = np.full(poisoned.steps.policy_logits.shape, -1e30, np.float32)
+    np.put_along_axis(logits, ((poisoned.steps.action + 1) % 3)[..., None], 1e30, axis=-1)
+    poisoned = poisoned._replace(steps=poisoned.steps._replace(policy_logits=logits))
+    assert trainer.step(poisoned, frames=0)["skipped_steps"] == 0  # kept, not yet applied
+    assert trainer.step(first, frames=0)["skipped_steps"] == 1
+    for variable, value in zip(agent.trainable_variables, flushed, strict=True):
+        np.testing.assert_array_equal(variable.numpy(), value)

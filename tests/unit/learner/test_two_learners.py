@@ -31,9 +31,12 @@ def test_when_one_learners_batch_is_not_finite_both_skip_the_step_and_stay_ident
     # Sound batches on both: applied on both, identically; so too with the gradients sent in
     # half precision (which changes the weights a little) and in minibatches that each learner
     # shuffles its own way (the same number of steps on every learner).
-    for scenario in ("sound", "fp16", "minibatches"):
+    # Asynchronous gradients (each step applies the average of the step before's, the last
+    # applied at the end) keep them identical too, at weights of their own.
+    for scenario in ("sound", "fp16", "minibatches", "asynchronous"):
         for rank in (first, second):
             assert rank[scenario]["skipped_steps"] == 0, (scenario, rank)
             assert not rank[scenario]["unchanged"] and rank[scenario]["finite"], (scenario, rank)
         assert first[scenario]["sha256"] == second[scenario]["sha256"], scenario
     assert first["fp16"]["sha256"] != first["sound"]["sha256"]
+    assert first["asynchronous"]["sha256"] != first["sound"]["sha256"]
