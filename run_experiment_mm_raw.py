@@ -203,6 +203,9 @@ def main(argv: list[str]) -> int:
             private=FLAGS.private_run_files,
             num_policies=int(given.get("num_policies", 1)),
             source=FLAGS.workers_csv_path,
+            synchronous_round=(FLAGS.batch_size, FLAGS.num_envs_per_actor)
+            if FLAGS.col_workers_communication == "synchronous"
+            else None,
         )
     except ValueError as error:
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)

@@ -144,3 +144,17 @@ def check_hyperparameters(forwarded: Mapping[str, object]) -> None:
 
     with impala_flags.as_forwarded(forwarded):
         experiment.check_run_flags(given=forwarded)
+
+
+def check_synchronous_round(batch_size: int, num_envs: int, fewest_actors: int) -> None:
+    """Synchronous collection (`--col_workers_communication`): raises a one-line error if the
+    learner with the fewest actors (`fewest_actors`, of `num_envs` environments each) gets
+    fewer trajectories with one weight version than a batch needs: it would wait for more
+    forever while its actors wait for its next weights."""
+    if fewest_actors * num_envs < batch_size:
+        raise ValueError(
+            f"--batch_size={batch_size}: in synchronous collection a learner with "
+            f"{fewest_actors} actor(s) of --num_envs_per_actor={num_envs} gets "
+            f"{fewest_actors * num_envs} trajectories a version, and its batch would wait for "
+            "more forever; give a --batch_size of at most that, or more actors"
+        )

@@ -15,7 +15,7 @@ from impala import run_secret, run_tls
 from impala.launch import learner_plan
 from impala.launch.containers import IMAGE_PYTHON, Containers
 from impala.launch.learner_plan import LearnerLaunch
-from impala.launch.planning import actor_command, shell_line
+from impala.launch.planning import actor_command, check_synchronous_round, shell_line
 from impala.launch.run_layout import RunLayout, policy_layouts
 from impala.launch.tmux import (
     LEARNERS_WINDOW,
@@ -81,6 +81,7 @@ def plan_run(
     private: bool = True,
     num_policies: int = 1,
     source: str = "the workers CSV",
+    synchronous_round: tuple[int, int] | None = None,
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
@@ -106,12 +107,21 @@ def plan_run(
     (`run_layout.policy_layouts` says which), in its folder `<run>/policy_<k>/`: its learners'
     mpirun in a window `policy_<k>_learners` on its first learner host, its actors in windows
     `policy_<k>_actor_<task>`; the secret and TLS bundle stay in the run folder. `source` names
-    the CSV in messages.
+    the CSV in messages. `synchronous_round` (--batch_size, --num_envs_per_actor), for
+    synchronous collection: every learner's actors must fill its batch with one version's
+    unrolls.
 
     Raises:
       ValueError: something of the run that cannot be planned (see the messages).
     """
     layouts = policy_layouts(workers, flags, run_name, logdir, num_policies, source)
+    if synchronous_round is not None:  # (batch size, environments per actor)
+        batch_size, num_envs = synchronous_round
+        # Within a policy actor i plays for learner i mod L: the last learner has the fewest.
+        fewest = min(
+            len(range(len(run.learners) - 1, len(run.actors), len(run.learners))) for run in layouts
+        )
+        check_synchronous_round(batch_size, num_envs, fewest)
     if containers and len(layouts) > 1:
         raise ValueError(
             f"--docker_image with --num_policies={num_policies}: several policies run as "

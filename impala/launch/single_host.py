@@ -210,18 +210,13 @@ def check_synchronous_rounds(given: dict[str, object], num_learners: int, num_ac
 
     if value("col_workers_communication") != "synchronous":
         return
-    num_policies, num_envs = int(value("num_policies")), int(value("num_envs_per_actor"))
-    batch_size = int(value("batch_size"))
+    num_policies = int(value("num_policies"))
     # The fewest actors any learner has: the last policy's last learner.
     policy_actors = len(range(num_policies - 1, num_actors, num_policies))
     fewest = len(range(num_learners - 1, policy_actors, num_learners))
-    if fewest * num_envs < batch_size:
-        raise ValueError(
-            f"--batch_size={batch_size}: in synchronous collection a learner with {fewest} "
-            f"actor(s) of --num_envs_per_actor={num_envs} gets {fewest * num_envs} trajectories "
-            "a version, and its batch would wait for more forever; give a --batch_size of at "
-            "most that, or more actors"
-        )
+    planning.check_synchronous_round(
+        int(value("batch_size")), int(value("num_envs_per_actor")), fewest
+    )
 
 
 def check_launcher_flags(num_learners: int, num_actors: int, num_policies: int = 1) -> None:

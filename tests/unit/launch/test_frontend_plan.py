@@ -802,3 +802,19 @@ def test_a_dry_run_of_several_policies_shows_each_policys_windows(tmp_path):
         "window policy_1_actor_0",
     ]
     assert completed.stdout.count("--policy_hosts=localhost:8001,localhost:8002") == 2
+
+
+def test_synchronous_collection_needs_each_learners_actors_to_fill_its_batch(tmp_path):
+    """--col_workers_communication=synchronous: with 4 learner rows and 3 actor rows (CSV of
+    one policy), the last learner has no actor; in two policies, each learner pair has one
+    actor or two, and actor i of a policy plays for its learner i mod 2."""
+    with pytest.raises(ValueError, match=r"a learner with 0 actor\(s\) of --num_envs_per_actor"):
+        _policies_plan(tmp_path, num_policies=1, synchronous_round=(8, 16))
+    # Two policies: policy 0 has actors 0 and 2 (one per learner), policy 1 actor 1 (its second
+    # learner none).
+    with pytest.raises(ValueError, match=r"a learner with 0 actor"):
+        _policies_plan(tmp_path, synchronous_round=(8, 16))
+    three = POLICIES_CSV + "actor,n2,,22,alice,,,/w,\n"
+    assert _policies_plan(tmp_path, three, synchronous_round=(16, 16))
+    with pytest.raises(ValueError, match=r"^--batch_size=32: in synchronous collection a learner"):
+        _policies_plan(tmp_path, three, synchronous_round=(32, 16))
