@@ -257,19 +257,34 @@ class Trainer:
         return int(self._flush())
 
     def _apply_pending(self) -> tf.Tensor:
-        """Averages the kept gradients over the learners and applies them if they are held and
-        finite on every learner; then holds none. Returns whether a held step was skipped."""
-        variables = self._agent.trainable_variables
-        reduced = self._delayed_reduce([tf.identity(g) for g in self._pending])
-        norm = tf.linalg.global_norm(reduced)
-        held = self._pending_held.read_value()
-        apply = (
-            held & self._every_learner(self._pending_finite.read_value()) & tf.math.is_finite(norm)
-        )
-        share = self._pending_share.read_value()
-        tf.cond(apply, lambda: self._apply(reduced, variables, norm, share), lambda: None)
+        """Averages the kept gradients over the learners and applies them; then holds none.
+        Returns whether a held step was skipped."""
+        _, skipped = self._apply_reduced(*self._reduce_kept())
         self._pending_held.assign(False)
-        return held & ~apply
+        return skipped
+
+    def _reduce_kept(self) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The kept gradients averaged over the learners; whether any are held; whether they
+        were finite on every learner; the share of its batch their step took."""
+        reduced = self._delayed_reduce([tf.identity(kept) for kept in self._pending])
+        finite_everywhere = self._every_learner(self._pending_finite.read_value())
+        return (
+            reduced,
+            self._pending_held.read_value(),
+            finite_everywhere,
+            self._pending_share.read_value(),
+        )
+
+    def _apply_reduced(
+        self, reduced: list[tf.Tensor], held: tf.Tensor, finite: tf.Tensor, share: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Applies `reduced` if held and finite (`_reduce_kept`); returns its global norm and
+        whether a held step was skipped."""
+        norm = tf.linalg.global_norm(reduced)
+        apply = held & finite & tf.math.is_finite(norm)
+        variables = self._agent.trainable_variables
+        tf.cond(apply, lambda: self._apply(reduced, variables, norm, share), lambda: None)
+        return norm, held & ~apply
 
     def _policy_logits(self, batch: Batch) -> tf.Tensor:
         """The learner's policy logits [T, B, NUM_ACTIONS] on `batch`'s steps, no gradient."""
@@ -304,6 +319,36 @@ class Trainer:
         tf.cond(
             apply, lambda: self._apply(gradients, variables, gradient_norm, share), lambda: None
         )
+        return self._statistics(loss, gradient_norm, ~apply), loss.target_logits
+
+    def _delayed_step(
+        self, batch: Batch, share: float, proximal_logits: tf.Tensor | None
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        """Asynchronous gradients: applies the average of the gradients every learner kept at
+        the step before, and keeps this step's own for the next.
+
+        The all-reduce, issued first, reads only the kept gradients, so nothing it does waits
+        for this step's forward and backward passes: Horovod carries them in its own thread
+        while those compute, at the weights before this step's update.
+        """
+        kept = self._reduce_kept()
+        with tf.GradientTape() as tape:
+            loss = compute_loss(
+                self._agent, batch, self._config, proximal_logits, self.entropy_cost
+            )
+        gradients = tape.gradient(loss.total, self._agent.trainable_variables)  # its own
+        norm, skipped = self._apply_reduced(*kept)
+        for variable, gradient in zip(self._pending, gradients, strict=True):
+            variable.assign(gradient)
+        own_norm = tf.linalg.global_norm(gradients)
+        self._pending_finite.assign(tf.math.is_finite(loss.total) & tf.math.is_finite(own_norm))
+        self._pending_share.assign(share)
+        self._pending_held.assign(True)
+        # The norm of the gradients applied: the step before's average.
+        return self._statistics(loss, norm, skipped), loss.target_logits
+
+    def _statistics(self, loss, gradient_norm: tf.Tensor, skipped: tf.Tensor) -> dict:
+        """A step's scalar statistics (`step`'s)."""
         return {
             "loss/total": loss.total,
             "loss/policy_gradient": loss.policy_gradient,
@@ -313,49 +358,8 @@ class Trainer:
             "gradient_norm": gradient_norm,
             "learning_rate": tf.identity(self.learning_rate),
             "entropy_cost": tf.identity(self.entropy_cost),
-            "skipped": tf.cast(~apply, tf.int32),
-        }, loss.target_logits
-
-    def _delayed_step(
-        self, batch: Batch, share: float, proximal_logits: tf.Tensor | None
-    ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-        """Asynchronous gradients: applies the average of the gradients every learner kept at
-        the step before, and keeps this step's own for the next.
-
-        The all-reduce reads only the kept gradients, so nothing it does waits for this step's
-        forward and backward passes: Horovod carries them in its own thread while those
-        compute, at the weights before this step's update.
-        """
-        variables = self._agent.trainable_variables
-        reduced = self._delayed_reduce([tf.identity(kept) for kept in self._pending])
-        held = self._pending_held.read_value()
-        finite_everywhere = self._every_learner(self._pending_finite.read_value())
-        kept_share = self._pending_share.read_value()
-        with tf.GradientTape() as tape:
-            loss = compute_loss(
-                self._agent, batch, self._config, proximal_logits, self.entropy_cost
-            )
-        gradients = tape.gradient(loss.total, variables)  # this learner's own
-        norm = tf.linalg.global_norm(reduced)
-        apply = held & finite_everywhere & tf.math.is_finite(norm)
-        tf.cond(apply, lambda: self._apply(reduced, variables, norm, kept_share), lambda: None)
-        for kept, gradient in zip(self._pending, gradients, strict=True):
-            kept.assign(gradient)
-        own_norm = tf.linalg.global_norm(gradients)
-        self._pending_finite.assign(tf.math.is_finite(loss.total) & tf.math.is_finite(own_norm))
-        self._pending_share.assign(share)
-        self._pending_held.assign(True)
-        return {
-            "loss/total": loss.total,
-            "loss/policy_gradient": loss.policy_gradient,
-            "loss/baseline": loss.baseline,
-            "loss/entropy": loss.entropy,
-            "clipped_fraction": loss.clipped_fraction,
-            "gradient_norm": norm,  # of the gradients applied: the step before's average
-            "learning_rate": tf.identity(self.learning_rate),
-            "entropy_cost": tf.identity(self.entropy_cost),
-            "skipped": tf.cast(held & ~apply, tf.int32),
-        }, loss.target_logits
+            "skipped": tf.cast(skipped, tf.int32),
+        }
 
     def _apply(self, gradients, variables, gradient_norm, share: float) -> None:
         """Clips `gradients` by their global norm (if the config says so) at the `share` of the
