@@ -96,12 +96,10 @@ class _Connected(_Training):
     col_workers_communication: str = setting(
         "asynchronous",
         "How experience is collected (PyTorchRL's name). asynchronous: actors act with the "
-        "weights they last fetched while the learners train, and V-trace corrects the lag "
-        "(IMPALA). synchronous: after each unroll an actor waits for its learner's next "
-        "weights, and a learner drops every trajectory acted with weights older than its own, "
-        "so it trains at policy lag 0 (A2C's and PPO's rollouts); a batch then must not need "
-        "more trajectories than its actors give with one version (--num_envs_per_actor x "
-        "its actors). Every process of a run needs the same setting.",
+        "weights they last fetched; V-trace corrects the lag (IMPALA). synchronous: after each "
+        "unroll an actor waits for its learner's next weights, and learners drop trajectories "
+        "of older weights: policy lag 0 (A2C, PPO). A batch must fill from one version's "
+        "unrolls (--num_envs_per_actor x its actors).",
         choices=COL_WORKERS_COMMUNICATIONS,
     )
     num_policies: int = setting(
@@ -178,12 +176,10 @@ class LearnerJobConfig(_Connected):
     grad_workers_communication: str = setting(
         "synchronous",
         "How learners combine their gradients (PyTorchRL's name). synchronous: each step "
-        "applies the average of the gradients every learner has just computed, so each "
-        "waits for the all-reduce. asynchronous: each step applies the average of the "
-        "gradients the learners computed at the step before, all-reduced while this step "
-        "computes, so the link's time overlaps computation; gradients are one step old, the "
-        "learners' weights stay identical, and the last step's are applied at the end (a "
-        "checkpoint holds every step but the last, whose gradients a resume drops).",
+        "applies the average of the gradients all learners just computed. asynchronous: each "
+        "step applies the average of the step before's, all-reduced while this step computes "
+        "(the link's time overlaps computation); weights stay identical, and a resume drops "
+        "the last step's gradients.",
         choices=GRAD_WORKERS_COMMUNICATIONS,
     )
     gradient_compression: str = setting(
