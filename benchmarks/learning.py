@@ -27,6 +27,11 @@ over gRPC, the defaults of `make train` unless the configuration says otherwise)
                       `--test_games` games played with the final checkpoint as
                       `experiment.py --mode=test` plays them.
 The last lines printed are the JSON's headline figures, the README's "Learning results" row.
+A run of several policies (`--extra=--num_policies=N`, with `--extra=--with_pbt` a population)
+gets curve.csv and learning.json in each policy's folder (`policy_<k>/`, every policy trained to
+`--frames`), every policy's curve in one learning_curve.png, a learning.json in the run folder
+naming each policy's final mean return and the best and worst policies, and the test games of
+the best one.
 Stopped early (Ctrl-C or SIGTERM), it reports on the frames trained so far; the same command
 again (same --out_dir) resumes the run from its latest checkpoint and reports on the whole run,
 and so does a larger --frames for a run that finished. With `--branch_from=<checkpoint>` it
@@ -41,11 +46,13 @@ The configurations are in `learning_configs.py`; the figures, and the lines prin
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -131,14 +138,14 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
-    """Says how the run in `run_dir` goes on to `frames`; a one-line error if it cannot."""
+def _read_summary(summary_path: str, run_dir: str) -> tuple[bool, int]:
+    """(stopped early, frames done) of a learner's summary; a one-line error if unreadable."""
     try:
         with open(summary_path, "rb") as f:
             summary = json.loads(f.read(_MAX_SUMMARY_BYTES))
         if not isinstance(summary, dict):
             raise TypeError(f"a JSON {type(summary).__name__}, not an object")
-        stopped, done = bool(summary["stopped_early"]), int(summary["frames"])
+        return bool(summary["stopped_early"]), int(summary["frames"])
     except (OSError, ValueError, KeyError, TypeError, OverflowError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else "empty"
         if isinstance(error, KeyError):
@@ -147,6 +154,13 @@ def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
             f"--out_dir={run_dir} already holds a finished run, whose {summary_path} cannot be "
             f"read ({reason}); name a new one"
         ) from None
+
+
+def _go_on(summary_paths: list[str], frames: float, run_dir: str) -> None:
+    """Says how the run in `run_dir` (its learners' summaries: one per policy) goes on to
+    `frames`; a one-line error if it cannot."""
+    read = [_read_summary(path, run_dir) for path in summary_paths]
+    stopped, done = any(s for s, _ in read), min(d for _, d in read)
     if stopped:
         print(f"[learning] resuming the stopped run in {run_dir}", flush=True)
     elif done < frames:
@@ -159,6 +173,15 @@ def _go_on(summary_path: str, frames: float, run_dir: str) -> None:
             f"--out_dir={run_dir} already holds a finished run of {done} frames; give a larger "
             f"--frames to train it on, or name a new one"
         )
+
+
+def result_folders(run_dir: str) -> list[tuple[int | None, str]]:
+    """(policy, folder) of each policy a run trains (`--num_policies`), or (None, `run_dir`)
+    for a run of one: where its learner's summary, events and checkpoints are."""
+    policies = run_folder.policies_in(run_dir)
+    if not policies:
+        return [(None, run_dir)]
+    return [(policy, run_folder.policy_path(run_dir, policy)) for policy in policies]
 
 
 def _branch_record(run_dir: str) -> dict | None:
@@ -237,7 +260,11 @@ def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
     run it holds going on (stopped, or finished and given a larger budget); a one-line error if
     it cannot. Returns whether the run goes on from frames trained before."""
     resumed = False
-    summary_path = os.path.join(run_dir, "learner_0.json")
+    summary_paths = [
+        os.path.join(folder, "learner_0.json")
+        for _, folder in result_folders(run_dir)
+        if os.path.exists(os.path.join(folder, "learner_0.json"))
+    ]
     if FLAGS.branch_from and not os.path.lexists(run_dir):
         _branch(benchmark, frames, run_dir)
         resumed = True
@@ -249,10 +276,10 @@ def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
                 + (f" (branched from {branched['checkpoint']})" if branched else "")
                 + f"; --branch_from={FLAGS.branch_from} starts a new run folder"
             )
-        if os.path.exists(summary_path):
+        if summary_paths:
             # A stopped run goes on from its latest checkpoint, with the flags it started
             # with; so does a finished one given a larger budget.
-            _go_on(summary_path, frames, run_dir)
+            _go_on(summary_paths, frames, run_dir)
             resumed = True
         elif branched:
             resumed = True  # made, but stopped before its learner wrote a summary
@@ -264,13 +291,14 @@ def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
 
 
 def figures_of(
-    benchmark: Benchmark, run_dir: str, wall_secs: float, resumed: bool
+    benchmark: Benchmark, run_dir: str, wall_secs: float, resumed: bool, name: str = ""
 ) -> tuple[curves.Curve, dict]:
-    """The trained run's learning curve and figures (`learning_figures.results`)."""
+    """The trained run's learning curve (named `name`, else the configuration) and figures
+    (`learning_figures.results`); `run_dir` may be one policy's folder of a run of several."""
     if not os.path.exists(os.path.join(run_dir, "learner_0.json")):
         raise SystemExit(f"[learning] {run_dir}: the learner stopped before writing its summary")
     try:
-        curve = curves.load_curve(run_dir, FLAGS.config, FLAGS.window)
+        curve = curves.load_curve(run_dir, name or FLAGS.config, FLAGS.window)
     except curves.CurveError as error:
         raise SystemExit(f"[learning] nothing to report: {error}") from None
     figures = learning_figures.results(benchmark, curve, run_dir, wall_secs, sys.argv)
@@ -321,18 +349,61 @@ def main(argv: list[str]) -> int:
         print(f"[learning] note: {line}", flush=True)
     resumed = prepare(benchmark, frames, run_dir)
     wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
-    curve, figures = figures_of(benchmark, run_dir, wall_secs, resumed)
-    title = f"{FLAGS.config}: {learning_figures.frames_text(figures['frames'])} frames"
-    drawing.write_png(drawing.draw([curve], title), os.path.join(run_dir, "learning_curve.png"))
-    curve_file.write(curve, os.path.join(run_dir, "curve.csv"))
-    json_path = os.path.join(run_dir, "learning.json")
-    run_folder.write_json(json_path, figures)
-    for line in learning_figures.report_lines(FLAGS.config, figures):
-        print(f"[learning] {line}")
-    if FLAGS.test_games:
-        play_test_games(figures, run_dir, json_path)
-    print(f"[learning] {run_dir}/learning_curve.png, {run_dir}/learning.json, {run_dir}/curve.csv")
+    results = [
+        _report(benchmark, policy, folder, wall_secs, resumed)
+        for policy, folder in result_folders(run_dir)
+    ]
+    title = f"{FLAGS.config}: {learning_figures.frames_text(results[0].figures['frames'])} frames"
+    drawing.write_png(
+        drawing.draw([result.curve for result in results], title),
+        os.path.join(run_dir, "learning_curve.png"),
+    )
+    best = max(results, key=lambda result: _final(result, -math.inf))
+    if len(results) > 1:
+        _report_population(results, run_dir)
+    if FLAGS.test_games:  # the best policy's, in a population
+        play_test_games(best.figures, best.folder, os.path.join(best.folder, "learning.json"))
+    written = ", ".join(f"{r.folder}/learning.json, {r.folder}/curve.csv" for r in results)
+    print(f"[learning] {run_dir}/learning_curve.png, {written}")
     return 0
+
+
+class _Result(NamedTuple):
+    policy: int | None  # in a run of several policies; None in a run of one
+    folder: str
+    curve: curves.Curve
+    figures: dict
+
+
+def _report(
+    benchmark: Benchmark, policy: int | None, folder: str, wall_secs: float, resumed: bool
+) -> _Result:
+    """One policy's (or a run of one's) curve and figures, written into its folder and said."""
+    name = FLAGS.config if policy is None else f"{FLAGS.config} policy {policy}"
+    curve, figures = figures_of(benchmark, folder, wall_secs, resumed, name)
+    curve_file.write(curve, os.path.join(folder, "curve.csv"))
+    run_folder.write_json(os.path.join(folder, "learning.json"), figures)
+    for line in learning_figures.report_lines(FLAGS.config, figures):
+        print(f"[learning] {'' if policy is None else f'policy {policy}: '}{line}")
+    return _Result(policy, folder, curve, figures)
+
+
+def _final(result: _Result, missing: float) -> float:
+    """The mean return of the result's last games (`missing` if it played none)."""
+    value = result.figures["final_mean_return"]
+    return missing if value is None else value
+
+
+def _report_population(results: list[_Result], run_dir: str) -> None:
+    """A run of several policies: learning.json in the run folder names each one's final
+    mean return, the best and the worst."""
+    finals = {result.policy: result.figures["final_mean_return"] for result in results}
+    best = max(results, key=lambda result: _final(result, -math.inf)).policy
+    # On a tie the best is the first such policy, the worst the last.
+    worst = min(reversed(results), key=lambda result: _final(result, math.inf)).policy
+    population = {"final_mean_returns": finals, "best_policy": best, "worst_policy": worst}
+    run_folder.write_json(os.path.join(run_dir, "learning.json"), population)
+    print(f"[learning] population: final mean returns {finals}; best policy {best}, worst {worst}")
 
 
 if __name__ == "__main__":
