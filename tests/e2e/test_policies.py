@@ -114,8 +114,8 @@ def test_catch_is_learned_and_a_useless_policy_copies_the_better_one_and_a_resum
     # observations, misaligned rewards or actors acting with weights other than the learner's
     # keep it there. Policy 0 has reached 0.8 at 11k to 20k frames (runs differ: at 24k one was
     # back at 0.3, hence 36k) and 1.0 by 24k to 36k; it was stopped and resumed midway, so a
-    # resume that lost the optimiser's state or the weights would show here too. Means over 20 consecutive games: 18 catches in 20 at best, and
-    # still 16 at the end.
+    # resume that lost the optimiser's state or the weights would show here too. Means over
+    # 20 consecutive games: 18 catches in 20 at best, and still 16 at the end.
     learned = json.loads((run_dir / "policy_0" / "learner_0.json").read_text())
     assert learned["best_mean_return"] >= 0.8 and learned["mean_return"] >= 0.6, learned
     # After the copy, policy 1 plays as well as a learned policy.
