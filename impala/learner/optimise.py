@@ -160,6 +160,8 @@ class Trainer:
             self._pending_finite = tf.Variable(True, trainable=False)
             self._pending_share = tf.Variable(1.0, trainable=False)
             self._flush = tf.function(self._apply_pending, autograph=False)
+            # Traced now, not at the end: a stop must not wait seconds for a trace.
+            self._flush.get_concrete_function()
         self._train_step = tf.function(self._step, autograph=False)
         self._target_logits = tf.function(self._policy_logits, autograph=False)
         self._order = np.random.default_rng(seed)
