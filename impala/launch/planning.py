@@ -146,6 +146,12 @@ def check_hyperparameters(forwarded: Mapping[str, object]) -> None:
         experiment.check_run_flags(given=forwarded)
 
 
+def actors_of(group: int, num_actors: int, num_groups: int) -> int:
+    """How many of `num_actors` actors group `group` gets when actor i goes to group i mod
+    `num_groups` (a policy's actors, a learner's); the last group gets the fewest."""
+    return len(range(group, num_actors, num_groups))
+
+
 def check_synchronous_round(batch_size: int, num_envs: int, fewest_actors: int) -> None:
     """Synchronous collection (`--col_workers_communication`): raises a one-line error if the
     learner with the fewest actors (`fewest_actors`, of `num_envs` environments each) gets

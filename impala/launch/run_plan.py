@@ -15,7 +15,12 @@ from impala import run_secret, run_tls
 from impala.launch import learner_plan
 from impala.launch.containers import IMAGE_PYTHON, Containers
 from impala.launch.learner_plan import LearnerLaunch
-from impala.launch.planning import actor_command, check_synchronous_round, shell_line
+from impala.launch.planning import (
+    actor_command,
+    actors_of,
+    check_synchronous_round,
+    shell_line,
+)
 from impala.launch.run_layout import RunLayout, policy_layouts
 from impala.launch.tmux import (
     LEARNERS_WINDOW,
@@ -119,7 +124,7 @@ def plan_run(
         batch_size, num_envs = synchronous_round
         # Within a policy actor i plays for learner i mod L: the last learner has the fewest.
         fewest = min(
-            len(range(len(run.learners) - 1, len(run.actors), len(run.learners))) for run in layouts
+            actors_of(len(run.learners) - 1, len(run.actors), len(run.learners)) for run in layouts
         )
         check_synchronous_round(batch_size, num_envs, fewest)
     if containers and len(layouts) > 1:

@@ -74,7 +74,7 @@ def plan(
     for policy in range(num_policies):
         own_ports = ports[policy * num_learners : (policy + 1) * num_learners]
         learner_hosts = [f"localhost:{port}" for port in own_ports]
-        actor_hosts = ["localhost"] * len(range(policy, num_actors, num_policies))
+        actor_hosts = ["localhost"] * planning.actors_of(policy, num_actors, num_policies)
         flags = [*flags_to_forward, *([f"--policy={policy}"] if num_policies > 1 else [])]
         learner_flags = [*flags, *([f"--policy_hosts={chiefs}"] if num_policies > 1 else [])]
         learner = planning.learner_command(
@@ -212,8 +212,8 @@ def check_synchronous_rounds(given: dict[str, object], num_learners: int, num_ac
         return
     num_policies = int(value("num_policies"))
     # The fewest actors any learner has: the last policy's last learner.
-    policy_actors = len(range(num_policies - 1, num_actors, num_policies))
-    fewest = len(range(num_learners - 1, policy_actors, num_learners))
+    policy_actors = planning.actors_of(num_policies - 1, num_actors, num_policies)
+    fewest = planning.actors_of(num_learners - 1, policy_actors, num_learners)
     planning.check_synchronous_round(
         int(value("batch_size")), int(value("num_envs_per_actor")), fewest
     )
