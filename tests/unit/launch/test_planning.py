@@ -10,6 +10,7 @@ import socket
 import time
 
 import pytest
+from absl import flags
 from absl.testing import flagsaver
 
 import experiment
@@ -344,6 +345,18 @@ def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message)
             single_host.check_launcher_flags(
                 FLAGS.num_learners, FLAGS.num_actors, FLAGS.num_policies
             )
+
+
+@pytest.mark.parametrize("name", ["col_workers_communication", "grad_workers_communication"])
+@pytest.mark.parametrize("value", ["sync", "", "SYNCHRONOUS", "synchronous;rm -rf /"])
+def test_a_scheme_flag_takes_only_its_two_names(name, value):
+    with (
+        flagsaver.flagsaver(),
+        pytest.raises(
+            flags.IllegalFlagValueError, match=f"flag --{name}=.*: value should be one of"
+        ),
+    ):
+        FLAGS[name].parse(value)
 
 
 @pytest.mark.parametrize(
