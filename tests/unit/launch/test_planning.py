@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from absl import flags
+from absl.flags import IllegalFlagValueError
 from absl.testing import flagsaver
 
 import experiment
@@ -352,9 +352,7 @@ def test_run_local_refuses_its_own_flags_out_of_range_in_one_line(argv, message)
 def test_a_scheme_flag_takes_only_its_two_names(name, value):
     with (
         flagsaver.flagsaver(),
-        pytest.raises(
-            flags.IllegalFlagValueError, match=f"flag --{name}=.*: value should be one of"
-        ),
+        pytest.raises(IllegalFlagValueError, match=f"flag --{name}=.*: value should be one of"),
     ):
         FLAGS[name].parse(value)
 
