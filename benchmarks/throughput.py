@@ -3,6 +3,7 @@
   python -m benchmarks.throughput                    # the make-train set-up (Pong)
   python -m benchmarks.throughput --e2e_frames=1e6   # a longer end-to-end measurement
   python -m benchmarks.throughput --batch_reuse=1    # any experiment.py flag changes the set-up
+  python -m benchmarks.throughput --num_learners=2 --num_actors=4   # 2 learners under mpirun
 
 The set-up is experiment.py's flags: their defaults (what `make train` runs) and any given here,
 which the end-to-end run is also given.
@@ -16,7 +17,11 @@ Prints, in agent steps/s and emulator frames/s:
   ceiling    what a pipeline doing the three one after another on this machine could reach,
              1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
-             steady state after start-up, and its fraction of the ceiling;
+             steady state after start-up (all learners' frames), and its fraction of the
+             ceiling, which is one learner's: with several learners on this machine they
+             share its cores;
+  lag        the policy lag the learner reported along the run (learner steps between acting
+             and learning), and with synchronous collection the trajectories it dropped;
   learner    where the end-to-end learner's steady-state time went: its train steps (and
              their time per batch against the train stage's alone), waiting for a full
              batch, and everything else it does between steps, and how long its threads
@@ -50,12 +55,20 @@ import numpy as np
 from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
+from benchmarks import learning_figures
 from benchmarks.stages import Stage, measure_env, measure_inference, measure_train
 from impala import build, configs, progress
+from impala.curves import events
 from impala.launch import planning
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
+flags.DEFINE_integer(
+    "num_learners",
+    1,
+    "Learner processes end to end, under mpirun (as in make train).",
+    lower_bound=1,
+)
 flags.DEFINE_float("seconds", 10.0, "How long each stage is measured.")
 flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
 
@@ -106,6 +119,7 @@ def measure_end_to_end(frames: float) -> dict:
             "run_local.py",
             f"--logdir={runs}",
             f"--num_actors={FLAGS.num_actors}",
+            f"--num_learners={FLAGS.num_learners}",
             *planning.forwarded_flags(experiment.flag_values(only_given=True)),
             f"--total_environment_frames={frames}",
         ]
@@ -113,6 +127,9 @@ def measure_end_to_end(frames: float) -> dict:
         (run_dir,) = os.listdir(runs)
         with open(os.path.join(runs, run_dir, "learner_0.json")) as f:
             summary = json.load(f)
+        summary["policy_lag"] = learning_figures.policy_lag(
+            events.read_scalars(os.path.join(runs, run_dir))
+        )
         summary["actor_time"] = [
             actor_time(os.path.join(runs, run_dir, f"actor_{task}.log"))
             for task in range(FLAGS.num_actors)
@@ -130,6 +147,20 @@ def actor_time(log_path: str) -> str:
     return split or "(its log does not say)"
 
 
+def lag_text(summary: dict) -> str:
+    """The end-to-end run's policy lag, and the trajectories synchronous collection dropped."""
+    lag = summary["policy_lag"]
+    text = (
+        f"median {lag['median']:.1f}, p95 {lag['p95']:.1f}, max {lag['max']:.1f} learner steps "
+        f"(over {lag['steps']} reported steps)"
+        if lag
+        else "not reported (no progress line was written)"
+    )
+    if FLAGS.col_workers_communication == "synchronous":
+        text += f"; {summary['stale_trajectories']} stale trajectories dropped (rank 0)"
+    return text
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -145,7 +176,9 @@ def main(argv):
         f"{FLAGS.level_name}, {FLAGS.agent_name}, {os.cpu_count()} CPUs, "
         f"{FLAGS.num_envs_per_actor} envs per actor, batch {config.batch_size} x "
         f"unroll {config.unroll_length}, {config.optimizer}, {config.batch_reuse} pass(es) of "
-        f"{config.num_batches_per_epoch} optimisation step(s) per batch"
+        f"{config.num_batches_per_epoch} optimisation step(s) per batch; end to end "
+        f"{FLAGS.num_learners} learner(s) and {FLAGS.num_actors} actor(s), collection "
+        f"{FLAGS.col_workers_communication}, gradients {FLAGS.grad_workers_communication}"
     )
     # Measured before and after the end-to-end run: a shared machine's speed drifts over its
     # minutes, and the two ceilings show by how much.
@@ -193,6 +226,7 @@ def main(argv):
         )
         + f"; the train stage alone: {alone:.3f} s per batch"
     )
+    print(f"  policy lag end to end     {lag_text(summary)}")
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
     stages = {
