@@ -5,6 +5,7 @@ fitted to that predicts 2, 4 and 8 machines.
   python -m benchmarks.scaling                          # 1gbit and 10gbit, none and fp16
   python -m benchmarks.scaling --rates=1gbit --compression=fp16 --repeats=20
   python -m benchmarks.scaling --mca=btl_tcp_links=4     # an Open MPI setting for the ranks
+  python -m benchmarks.scaling --train_batches=0         # the all-reduce alone, no training
 
 Run as root: it makes two network namespaces joined by a veth pair (10.77.0.1/24 and
 10.77.0.2/24, inside the namespaces only; names carry this process's id), and holds both ends
@@ -22,7 +23,14 @@ What it measures:
             (Horovod's fp16 casts them to float16 for the collective): median and p90 seconds
             over --repeats calls after --warmup, and the bytes rank 0's veth end sent and
             received per call;
-            and the train step's one-float vote (`allreduce.every_learner`), the latency.
+            and the train step's one-float vote (`allreduce.every_learner`), the latency;
+  training  both ranks training, each on its own batch of random Pong frames with the learner's
+            `Trainer`, under each gradient scheme (`--grad_workers_communication`): synchronous
+            (each step waits for its gradients' all-reduce) and asynchronous (each step applies
+            the gradients all-reduced while it computed: one step old), with each compression:
+            the median seconds per batch over --train_batches batches, and what the
+            asynchronous scheme gains on each link. The two ranks share this machine's cores,
+            so a batch takes longer than the step alone; the schemes are compared in one run.
 
 How the ranks run: one `mpirun`, itself inside namespace A, with hosts 10.77.0.1 (its own) and
 10.77.0.2, whose daemon it starts through a launch agent (Open MPI's `plm_rsh_agent`, the role
@@ -59,7 +67,6 @@ f t(8) <= step).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import json
 import os
@@ -67,7 +74,6 @@ import queue
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,12 +82,28 @@ import threading
 from absl import app, flags
 
 from benchmarks import scaling_link
+from benchmarks.scaling_model import (
+    StepCompute,
+    fit,
+    gap_lines,
+    model_lines,
+    ms,
+    table_lines,
+    train_lines,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates to hold the pair to (tc's spelling).")
 flags.DEFINE_list("compression", ["none", "fp16"], "Horovod compressions to measure: none, fp16.")
 flags.DEFINE_integer("repeats", 50, "Timed all-reduces per link and compression.", lower_bound=1)
 flags.DEFINE_integer("warmup", 5, "Untimed all-reduces before them.", lower_bound=1)
+flags.DEFINE_integer(
+    "train_batches",
+    3,
+    "Batches both ranks train on per link, compression and gradient scheme (after one "
+    "untimed), to show what --grad_workers_communication=asynchronous gains; 0: none.",
+    lower_bound=0,
+)
 flags.DEFINE_float(
     "step_seconds", 10.0, "How long the train step alone is measured.", lower_bound=0.01
 )
@@ -98,9 +120,6 @@ flags.DEFINE_float(
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SCRIPT = "scaling.py"
 COMPRESSIONS = ("none", "fp16")
-LEARNERS = (2, 4, 8)
-# What would close the gap is worked out for these links: (rate, efficiency at 8 learners).
-TARGETS = (("10gbit", 0.9), ("1gbit", 0.7))
 UNSHAPED = "unshaped"
 # The Open MPI settings that put the ranks on the pair: --mca may not change them.
 _OWN_MCA = ("plm_rsh_agent", "oob_tcp_if_include", "pml", "btl", "btl_tcp_if_include")
@@ -117,98 +136,6 @@ class StoppedError(Exception):
 
 def _stop(signum, frame):
     raise StoppedError(signum)
-
-
-# --- the model ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Fit:
-    """One link and compression: the two-rank all-reduce measured, and the ring model fitted.
-
-    Attributes:
-      median, p90: seconds per all-reduce of the whole gradient set, two ranks.
-      alpha: seconds of latency per ring step (half the vote's median).
-      payload: bytes each rank contributes (elements x bytes per element on the wire).
-      sent, received: bytes rank 0's end of the link sent and received per all-reduce,
-        measured (with TCP/IP headers and Horovod's own messages).
-    """
-
-    link: str
-    compression: str
-    median: float
-    p90: float
-    alpha: float
-    payload: int
-    sent: float
-    received: float
-
-    @property
-    def bandwidth_secs(self) -> float:
-        """The bandwidth term at N = 2, where 2 (N - 1) / N = 1."""
-        return max(self.median - 2 * self.alpha, 1e-9)
-
-    @property
-    def rate(self) -> float:
-        """The fitted effective rate, bytes per second."""
-        return self.payload / self.bandwidth_secs
-
-    def seconds(self, learners: int) -> float:
-        """t(N) of a ring all-reduce over `learners`."""
-        steps = 2 * (learners - 1)
-        return steps * self.alpha + steps / learners * self.payload / self.rate
-
-
-def efficiency(step: float, all_reduce: float) -> float:
-    """Share of a learner's time spent computing when each step waits for `all_reduce`."""
-    return step / (step + all_reduce)
-
-
-def fit(link: str, compression: str, measured: dict, payload: int) -> Fit:
-    """The model fitted to one link's rank-0 measurements (`benchmarks.scaling_rank`)."""
-    seconds = measured[compression]["seconds"]
-    return Fit(
-        link=link,
-        compression=compression,
-        median=statistics.median(seconds),
-        p90=percentile(seconds, 90),
-        alpha=statistics.median(measured["vote"]["seconds"]) / 2,
-        payload=payload,
-        sent=measured[compression]["sent"] / len(seconds),
-        received=measured[compression]["received"] / len(seconds),
-    )
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-@dataclasses.dataclass(frozen=True)
-class Gap:
-    """What reaching `target` efficiency at `learners` takes, for one fit."""
-
-    now: float  # efficiency at `learners` as measured and modelled
-    max_all_reduces: float  # per batch, of `steps_per_batch`, that still reach the target
-    one_per_batch: float  # efficiency with one all-reduce per batch
-    overlap: float  # share of each all-reduce to hide behind compute (0 if none needed)
-    overlap_possible: bool  # whether that much fits behind the step's compute
-
-
-def gap(fitted: Fit, step: float, steps_per_batch: int, target: float, learners: int = 8) -> Gap:
-    t = fitted.seconds(learners)
-    batch = steps_per_batch * step
-    overlap = max(0.0, 1 - step * (1 - target) / (target * t))
-    return Gap(
-        now=efficiency(step, t),
-        max_all_reduces=batch * (1 - target) / (target * t),
-        one_per_batch=efficiency(batch, t),
-        overlap=overlap,
-        overlap_possible=overlap * t <= step,
-    )
 
 
 # --- the flags ---------------------------------------------------------------------------------
@@ -262,14 +189,6 @@ def checked_mca() -> dict[str, str]:
 # --- the measurements --------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class StepCompute:
-    """The train step alone: seconds per optimisation step, and steps per batch."""
-
-    seconds: float
-    steps_per_batch: int
-
-
 def measure_step(seconds: float) -> StepCompute:
     """One learner's train step with the default config, on this machine, without Horovod."""
     # TensorFlow loads here: a bad flag or a missing tool is reported before it.
@@ -312,6 +231,7 @@ def ranks_command(
     repeats: int,
     compressions: list[str],
     extra_mca: dict[str, str],
+    train_batches: int = 0,
 ) -> list[str]:
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
@@ -330,7 +250,7 @@ def ranks_command(
     for name, value in mca.items():
         argv += ["--mca", name, value]
     argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
-    argv += [str(warmup), str(repeats), ",".join(compressions), link.tag]
+    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches), link.tag]
     return link.in_namespace(0, argv)
 
 
@@ -402,7 +322,15 @@ def measure_links(
     """The ranks' description of the network, and their measurements per link set-up."""
     agent = write_launch_agent(link, folder)
     ranks = Ranks(
-        ranks_command(link, agent, FLAGS.warmup, FLAGS.repeats, compressions, checked_mca())
+        ranks_command(
+            link,
+            agent,
+            FLAGS.warmup,
+            FLAGS.repeats,
+            compressions,
+            checked_mca(),
+            FLAGS.train_batches,
+        )
     )
     try:
         ready = ranks.result(FLAGS.rank_timeout_secs)
@@ -427,77 +355,12 @@ def measure_links(
 # --- the report --------------------------------------------------------------------------------
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.1f} ms"
-
-
-def _gbit(bytes_per_second: float) -> str:
-    return f"{bytes_per_second * 8 / 1e9:.2f} Gbit/s"
-
-
-def table_lines(fits: list[Fit], step: StepCompute) -> list[str]:
-    learners = ", ".join(str(n) for n in LEARNERS)
-    header = (
-        f"{'link':<9} {'compression':<11} {'2-learner all-reduce, median (p90)':<35} "
-        f"{'sent / received':>16} {'rate fitted':>12} {'alpha':>7}   efficiency at {learners}"
-    )
-    lines = [header, "-" * len(header)]
-    for fitted in fits:
-        measured = f"{_ms(fitted.median)} ({_ms(fitted.p90)})"
-        moved = f"{fitted.sent / 1e6:.2f} / {fitted.received / 1e6:.2f} MB"
-        efficiencies = " ".join(
-            f"{efficiency(step.seconds, fitted.seconds(n)):>5.0%}" for n in LEARNERS
-        )
-        lines.append(
-            f"{fitted.link:<9} {fitted.compression:<11} {measured:<35} {moved:>16} "
-            f"{_gbit(fitted.rate):>12} {_ms(fitted.alpha):>7}   {efficiencies}"
-        )
-    return lines
-
-
-def gap_lines(fits: list[Fit], step: StepCompute) -> list[str]:
-    lines = []
-    for rate, target in TARGETS:
-        rows = [fitted for fitted in fits if fitted.link == rate]
-        if not rows:
-            continue
-        lines.append(f"To reach {target:.0%} at 8 learners on {rate}:")
-        for fitted in rows:
-            need = gap(fitted, step.seconds, step.steps_per_batch, target)
-            t8 = fitted.seconds(8)
-            reached = "reached" if need.now >= target else "not reached"
-            fewer = min(need.max_all_reduces, float(step.steps_per_batch))
-            overlap = (
-                f"overlap {need.overlap:.0%} of each all-reduce ({_ms(need.overlap * t8)} of "
-                f"{_ms(t8)} hidden behind a {_ms(step.seconds)} step: "
-                f"{'possible' if need.overlap_possible else 'more than the step computes'})"
-            )
-            lines.append(
-                f"  {fitted.compression:<5} now {need.now:.0%} ({reached}); or at most "
-                f"{fewer:.2f} all-reduces per batch of {step.steps_per_batch} steps (one per "
-                f"batch: {need.one_per_batch:.0%}); or {overlap}"
-            )
-    return lines
-
-
-def model_lines(ready: dict, compressions: list[str]) -> list[str]:
-    payload = ", ".join(f"{name} {ready['payload'][name] / 1e6:.2f} MB" for name in compressions)
-    return [
-        "Model: t(N) = 2(N-1) alpha + 2(N-1)/N x bytes / rate (a ring all-reduce),",
-        "  alpha = the one-float vote's median / 2, rate = bytes / (median - 2 alpha), so that",
-        f"  t(2) = the median; bytes = what each rank contributes ({payload});",
-        "  efficiency = step / (step + t(N)), the all-reduce not overlapped with compute.",
-        "  'sent / received': bytes through rank 0's end of the link per all-reduce (with TCP/IP",
-        "  headers and Horovod's own messages).",
-    ]
-
-
 def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], compressions):
     elements = ready["elements"]
     print(
         f"\n{ready['level']}, {ready['agent']}: {elements:,} trainable floats in "
         f"{ready['tensors']} tensors ({elements * 4 / 1e6:.2f} MB as float32); train step alone "
-        f"{_ms(step.seconds)} per optimisation step, {step.steps_per_batch} per batch; "
+        f"{ms(step.seconds)} per optimisation step, {step.steps_per_batch} per batch; "
         f"{FLAGS.repeats} timed all-reduces after {FLAGS.warmup}, two ranks"
         + (f"; mpirun --mca {' '.join(FLAGS.mca)}" if FLAGS.mca else "")
         + "\n"
@@ -508,7 +371,9 @@ def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], com
         for compression in compressions
     ]
     lines = [*table_lines(fits, step), "", *model_lines(ready, compressions), ""]
-    print("\n".join([*lines, *gap_lines(fits, step)]), flush=True)
+    lines += gap_lines(fits, step)
+    trained = train_lines(measured, [UNSHAPED, *rates], compressions)
+    print("\n".join([*lines, *(["", *trained] if trained else [])]), flush=True)
 
 
 # --- the run -----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """One Horovod rank of `benchmarks.scaling`, started by its mpirun inside a network namespace.
 
-    python -m benchmarks.scaling_rank WARMUP REPEATS COMPRESSIONS TAG
+    python -m benchmarks.scaling_rank WARMUP REPEATS COMPRESSIONS TRAIN_BATCHES TAG
 
 Each rank builds the network the learner trains (`start.build_agent` on the default
 `LearnerJobConfig`: Pong, the default agent) and all-reduces float32 tensors of exactly its
@@ -12,7 +12,11 @@ one collective; and the train step's other all-reduce, the one-float vote of
 Rank 0 reads the name of a measurement (the link's set-up) from its standard input, which
 mpirun forwards to it, one line at a time, and tells rank 1; both then time, after WARMUP
 untimed calls, REPEATS calls of: the gradient set with each compression of COMPRESSIONS
-(comma-separated: none, fp16), then the vote. Rank 0 prints one line per measurement,
+(comma-separated: none, fp16), then the vote; then, unless TRAIN_BATCHES is 0, the learner's
+own `Trainer` under each gradient scheme (`--grad_workers_communication`: synchronous, the
+gradients all-reduced as the tape takes them, and asynchronous, each step's all-reduced during
+the next step's computation) with each compression, TRAIN_BATCHES batches after one untimed,
+on a batch of random frames as `make bench`'s train stage. Rank 0 prints one line per measurement,
 `SCALING {json}`: the seconds of each call, and the bytes its namespace's interfaces sent and
 received over the timed calls (everything but `lo`: the veth end). An empty line or the end of
 its input ends both ranks. TAG, the run's name, is there so that its processes can be found.
@@ -32,8 +36,11 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import stages
+from benchmarks.scaling_model import SCHEMES, train_key
 from impala import configs
 from impala.learner import allreduce, start
+from impala.learner.optimise import Trainer
 
 COMPRESSIONS = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 # Bytes of one element on the wire: Horovod's fp16 compression casts before the collective.
@@ -82,20 +89,48 @@ def timed(call, warmup: int, repeats: int) -> dict:
     return {"seconds": seconds, "received": after[0] - received, "sent": after[1] - sent}
 
 
-def measure(tensors, reducers, vote, warmup: int, repeats: int) -> dict:
-    """Every measurement of one link set-up: each compression's gradient set, then the vote."""
+def trainers(agent, config: configs.LearnerConfig, compressions: list[str], rank: int) -> dict:
+    """The learner's `Trainer` under each gradient scheme and compression, built as
+    `impala.learner.start` builds it, all on one agent (only their speed is measured)."""
+    built = {}
+    for compression in compressions:
+        for scheme in SCHEMES:
+            delayed = scheme == "asynchronous"
+            trainer = Trainer(
+                agent,
+                config,
+                wrap_tape=None if delayed else allreduce.tape_wrapper(compression),
+                every_learner=allreduce.every_learner,
+                seed=rank,
+                delayed_reduce=allreduce.gradient_reducer(compression) if delayed else None,
+            )
+            trainer.create_optimizer_slots()
+            built[train_key(scheme, compression)] = trainer
+    return built
+
+
+def measure(tensors, reducers, vote, warmup: int, repeats: int, training) -> dict:
+    """Every measurement of one link set-up: each compression's gradient set, then the vote,
+    then (`training`: the trainers, a batch and how many batches) each trainer's batches."""
     results = {}
     for name, reduce in reducers.items():
         results[name] = timed(lambda reduce=reduce: reduce(tensors)[0].numpy(), warmup, repeats)
     results["vote"] = timed(lambda: vote().numpy(), warmup, repeats)
+    if training:
+        built, batch, batches = training
+        results["train"] = {
+            key: timed(lambda trainer=trainer: trainer.learn(batch, frames=0), 1, batches)
+            for key, trainer in built.items()
+        }
     return results
 
 
 def main(argv: list[str]) -> int:
     warmup, repeats, compressions = int(argv[1]), int(argv[2]), argv[3].split(",")
+    train_batches = int(argv[4])
     topology = allreduce.init()
     job = configs.LearnerJobConfig()
-    _, agent = start.build_agent(job)
+    env_info, agent = start.build_agent(job)
     rng = np.random.default_rng(topology.rank)
     tensors = [
         tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in agent.trainable_variables
@@ -103,6 +138,13 @@ def main(argv: list[str]) -> int:
     elements = sum(int(np.prod(v.shape)) for v in agent.trainable_variables)
     reducers = {name: gradient_all_reduce(name) for name in compressions}
     vote = tf.function(lambda: allreduce.every_learner(tf.constant(True)), autograph=False)
+    training = None
+    if train_batches:
+        batch = stages.train_batch(
+            agent, env_info.observation_shape, env_info.observation_dtype, job.learner
+        )
+        built = trainers(agent, job.learner, compressions, topology.rank)
+        training = (built, batch, train_batches)
     if topology.is_chief:
         ready = {
             "ready": True,
@@ -119,7 +161,7 @@ def main(argv: list[str]) -> int:
         label = allreduce.broadcast_object_from_chief(label)
         if not label:
             return 0
-        results = measure(tensors, reducers, vote, warmup, repeats)
+        results = measure(tensors, reducers, vote, warmup, repeats, training)
         if topology.is_chief:
             print(MARK + json.dumps({"link": label, "results": results}), flush=True)
 

@@ -11,10 +11,16 @@ import sys
 
 import pytest
 
-from benchmarks import scaling, scaling_link
+from benchmarks import scaling_link, scaling_model
 from tests.helpers import ROOT, processes_with, read_text, wait_until
 
-QUICK = ["--rates=1gbit", "--repeats=3", "--warmup=1", "--step_seconds=0.3"]
+QUICK = [
+    "--rates=1gbit",
+    "--repeats=3",
+    "--warmup=1",
+    "--step_seconds=0.3",
+    "--train_batches=1",
+]
 
 
 def _require_root_and_ip() -> None:
@@ -75,6 +81,16 @@ def test_a_quick_run_measures_a_shaped_link_and_removes_it(tmp_path):
     assert float(moved[2]) * 1e6 >= 0.9 * floats * 4, output
     assert "To reach 70% at 8 learners on 1gbit:" in output
     assert "To reach 90%" not in output  # no 10gbit measured
+    # Both ranks trained under each gradient scheme, on each link, with each compression.
+    trained = re.findall(
+        r"^(unshaped|1gbit)\s+(none|fp16)\s+([\d.]+) s\s+([\d.]+) s\s+([\d.]+)x as fast$",
+        output,
+        re.M,
+    )
+    assert {(link, c) for link, c, *_ in trained} == set(rows), output
+    for _, _, synchronous, asynchronous, ratio in trained:
+        assert float(synchronous) > 0 and float(asynchronous) > 0
+        assert float(ratio) == pytest.approx(float(synchronous) / float(asynchronous), abs=0.01)
 
 
 @pytest.mark.slow
@@ -105,7 +121,7 @@ def test_sigterm_midway_removes_the_namespaces_and_every_process(tmp_path):
 
 
 def test_the_ring_model_reproduces_two_ranks_and_grows_with_more():
-    fitted = scaling.Fit(
+    fitted = scaling_model.Fit(
         "1gbit",
         "none",
         median=0.060,
@@ -121,7 +137,7 @@ def test_the_ring_model_reproduces_two_ranks_and_grows_with_more():
     assert fitted.seconds(8) == pytest.approx(14 * 0.001 + 14 / 8 * 0.058)
     # At the worked-out limits the target is met exactly.
     step, steps_per_batch, target = 0.02, 6, 0.7
-    need = scaling.gap(fitted, step, steps_per_batch, target)
+    need = scaling_model.gap(fitted, step, steps_per_batch, target)
     t8 = fitted.seconds(8)
     assert need.now == pytest.approx(step / (step + t8))
     batch = steps_per_batch * step
