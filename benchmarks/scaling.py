@@ -29,7 +29,8 @@ What it measures:
             (each step waits for its gradients' all-reduce) and asynchronous (each step applies
             the gradients all-reduced while it computed: one step old), with each compression:
             the median seconds per batch over --train_batches batches, and what the
-            asynchronous scheme gains on each link. The two ranks share this machine's cores,
+            asynchronous scheme gains on each shaped link (not the unshaped pair, which is
+            this machine's loopback speed). The two ranks share this machine's cores,
             so a batch takes longer than the step alone; the schemes are compared in one run.
 
 How the ranks run: one `mpirun`, itself inside namespace A, with hosts 10.77.0.1 (its own) and
@@ -83,6 +84,7 @@ from absl import app, flags
 
 from benchmarks import scaling_link
 from benchmarks.scaling_model import (
+    UNSHAPED,
     StepCompute,
     fit,
     gap_lines,
@@ -100,7 +102,7 @@ flags.DEFINE_integer("warmup", 5, "Untimed all-reduces before them.", lower_boun
 flags.DEFINE_integer(
     "train_batches",
     3,
-    "Batches both ranks train on per link, compression and gradient scheme (after one "
+    "Batches both ranks train on per shaped link, compression and gradient scheme (after one "
     "untimed), to show what --grad_workers_communication=asynchronous gains; 0: none.",
     lower_bound=0,
 )
@@ -120,7 +122,6 @@ flags.DEFINE_float(
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SCRIPT = "scaling.py"
 COMPRESSIONS = ("none", "fp16")
-UNSHAPED = "unshaped"
 # The Open MPI settings that put the ranks on the pair: --mca may not change them.
 _OWN_MCA = ("plm_rsh_agent", "oob_tcp_if_include", "pml", "btl", "btl_tcp_if_include")
 _MARK = "SCALING "  # benchmarks.scaling_rank's result lines
@@ -372,7 +373,7 @@ def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], com
     ]
     lines = [*table_lines(fits, step), "", *model_lines(ready, compressions), ""]
     lines += gap_lines(fits, step)
-    trained = train_lines(measured, [UNSHAPED, *rates], compressions)
+    trained = train_lines(measured, rates, compressions)
     print("\n".join([*lines, *(["", *trained] if trained else [])]), flush=True)
 
 

@@ -10,6 +10,9 @@ import statistics
 LEARNERS = (2, 4, 8)
 # What would close the gap is worked out for these links: (rate, efficiency at 8 learners).
 TARGETS = (("10gbit", 0.9), ("1gbit", 0.7))
+# The link as the veth pair carries it, before any rate is set: both ranks' traffic at this
+# machine's own speed. The ranks train only on the shaped links.
+UNSHAPED = "unshaped"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,8 @@ untimed calls, REPEATS calls of: the gradient set with each compression of COMPR
 own `Trainer` under each gradient scheme (`--grad_workers_communication`: synchronous, the
 gradients all-reduced as the tape takes them, and asynchronous, each step's all-reduced during
 the next step's computation) with each compression, TRAIN_BATCHES batches after one untimed,
-on a batch of random frames as `make bench`'s train stage. Rank 0 prints one line per measurement,
+on a batch of random frames as `make bench`'s train stage; on the shaped links only, not the
+measurement named `unshaped`. Rank 0 prints one line per measurement,
 `SCALING {json}`: the seconds of each call, and the bytes its namespace's interfaces sent and
 received over the timed calls (everything but `lo`: the veth end). An empty line or the end of
 its input ends both ranks. TAG, the run's name, is there so that its processes can be found.
@@ -37,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import stages
-from benchmarks.scaling_model import SCHEMES, train_key
+from benchmarks.scaling_model import SCHEMES, UNSHAPED, train_key
 from impala import configs
 from impala.learner import allreduce, start
 from impala.learner.optimise import Trainer
@@ -161,7 +162,8 @@ def main(argv: list[str]) -> int:
         label = allreduce.broadcast_object_from_chief(label)
         if not label:
             return 0
-        results = measure(tensors, reducers, vote, warmup, repeats, training)
+        shaped = label != UNSHAPED
+        results = measure(tensors, reducers, vote, warmup, repeats, training if shaped else None)
         if topology.is_chief:
             print(MARK + json.dumps({"link": label, "results": results}), flush=True)
 

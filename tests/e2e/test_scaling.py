@@ -58,7 +58,7 @@ def test_a_quick_run_measures_a_shaped_link_and_removes_it(tmp_path):
     _require_root_and_ip()
     process, log = _start(tmp_path, *QUICK)
     try:
-        process.wait(timeout=240)
+        process.wait(timeout=360)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -81,13 +81,13 @@ def test_a_quick_run_measures_a_shaped_link_and_removes_it(tmp_path):
     assert float(moved[2]) * 1e6 >= 0.9 * floats * 4, output
     assert "To reach 70% at 8 learners on 1gbit:" in output
     assert "To reach 90%" not in output  # no 10gbit measured
-    # Both ranks trained under each gradient scheme, on each link, with each compression.
+    # Both ranks trained under each gradient scheme, on the shaped link, with each compression.
     trained = re.findall(
         r"^(unshaped|1gbit)\s+(none|fp16)\s+([\d.]+) s\s+([\d.]+) s\s+([\d.]+)x as fast$",
         output,
         re.M,
     )
-    assert {(link, c) for link, c, *_ in trained} == set(rows), output
+    assert {(link, c) for link, c, *_ in trained} == {("1gbit", "none"), ("1gbit", "fp16")}, output
     for _, _, synchronous, asynchronous, ratio in trained:
         assert float(synchronous) > 0 and float(asynchronous) > 0
         assert float(ratio) == pytest.approx(float(synchronous) / float(asynchronous), abs=0.01)
