@@ -31,7 +31,7 @@ lint: $(STAMP)
 # Two pytest workers, each taking whole test files (module fixtures such as the shared Catch
 # run start once); PYTEST_ARGS="-n 0" runs it in one process.
 test: lint
-	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

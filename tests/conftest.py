@@ -37,25 +37,28 @@ if _CPU_LOG:
             log.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
 
 
-# The longest test files, with their seconds in an idle `make test` (2026-12-06, rounded).
-# pytest-xdist's loadfile hands each of the two workers a fixed share of the first files in
-# collection order, in turns; collected longest first, the two shares come out about even and
-# no long file is left to start near the end, while the short ones fill the gaps.
+# The longest test files, with their seconds in an idle `make test` (2026-12-06, rounded to 5).
+# pytest-xdist's loadfile gives a worker the next file in collection order whenever it is down
+# to its last two tests (with --no-loadscope-reorder, as `make test` runs it; by default it
+# puts the files with the most tests first, which left the long end-to-end files, few tests
+# each, to start near the end). Collected longest first, no long file starts near the end and
+# the short ones fill the gaps.
 LONG_FILES = {
-    "tests/e2e/test_benchmarks.py": 280,
-    "tests/e2e/test_distributed.py": 200,
-    "tests/e2e/test_policies.py": 130,
-    "tests/e2e/test_faults.py": 130,
-    "tests/e2e/test_scaling.py": 100,
-    "tests/e2e/test_frontend_ssh.py": 90,
-    "tests/e2e/test_resume.py": 75,
-    "tests/e2e/test_attacks.py": 70,
-    "tests/e2e/test_mode_test.py": 65,
-    "tests/e2e/test_replay.py": 60,
-    "tests/unit/learner/test_two_learners.py": 55,
-    "tests/e2e/test_frontend_local.py": 50,
-    "tests/e2e/test_throughput_bench.py": 40,
-    "tests/unit/test_plot.py": 40,
+    "tests/e2e/test_benchmarks.py": 220,
+    "tests/e2e/test_faults.py": 200,
+    "tests/e2e/test_policies.py": 170,
+    "tests/e2e/test_distributed.py": 160,
+    "tests/e2e/test_scaling.py": 130,
+    "tests/e2e/test_frontend_ssh.py": 80,
+    "tests/e2e/test_attacks.py": 60,
+    "tests/e2e/test_frontend_local.py": 55,
+    "tests/e2e/test_replay.py": 50,
+    "tests/e2e/test_resume.py": 40,
+    "tests/e2e/test_mode_test.py": 40,
+    "tests/unit/transport/test_transport.py": 25,
+    "tests/e2e/test_throughput_bench.py": 25,
+    "tests/unit/test_plot.py": 25,
+    "tests/unit/test_damaged_files.py": 25,
 }
 
 
