@@ -41,7 +41,6 @@ from benchmarks import stages
 from benchmarks.scaling_model import SCHEMES, UNSHAPED, train_key
 from impala import configs
 from impala.learner import allreduce, start
-from impala.learner.optimise import Trainer
 
 COMPRESSIONS = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 # Bytes of one element on the wire: Horovod's fp16 compression casts before the collective.
@@ -91,23 +90,14 @@ def timed(call, warmup: int, repeats: int) -> dict:
 
 
 def trainers(agent, config: configs.LearnerConfig, compressions: list[str], rank: int) -> dict:
-    """The learner's `Trainer` under each gradient scheme and compression, built as
-    `impala.learner.start` builds it, all on one agent (only their speed is measured)."""
-    built = {}
-    for compression in compressions:
-        for scheme in SCHEMES:
-            delayed = scheme == "asynchronous"
-            trainer = Trainer(
-                agent,
-                config,
-                wrap_tape=None if delayed else allreduce.tape_wrapper(compression),
-                every_learner=allreduce.every_learner,
-                seed=rank,
-                delayed_reduce=allreduce.gradient_reducer(compression) if delayed else None,
-            )
-            trainer.create_optimizer_slots()
-            built[train_key(scheme, compression)] = trainer
-    return built
+    """The learner's `Trainer` under each gradient scheme and compression
+    (`start.make_trainer`, as the learner makes it), all on one agent (only their speed is
+    measured)."""
+    return {
+        train_key(scheme, compression): start.make_trainer(agent, config, scheme, compression, rank)
+        for compression in compressions
+        for scheme in SCHEMES
+    }
 
 
 def measure(tensors, reducers, vote, warmup: int, repeats: int, training) -> dict:

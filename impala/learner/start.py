@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import networks
 from impala import build, run_tls, transport
-from impala.configs import LearnerJobConfig
+from impala.configs import LearnerConfig, LearnerJobConfig
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
 from impala.learner.population import Population
@@ -33,17 +33,13 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
     run_dir = saving.make_run_folder(config, topology)
     tf.random.set_seed(config.game.seed)
     env_info, agent = build_agent(config)
-    delayed = config.grad_workers_communication == "asynchronous"
-    trainer = Trainer(
+    trainer = make_trainer(
         agent,
         config.learner,
-        # Synchronous gradients: averaged as the tape takes them; asynchronous: a step later.
-        wrap_tape=None if delayed else allreduce.tape_wrapper(config.gradient_compression),
-        every_learner=allreduce.every_learner,
+        config.grad_workers_communication,
+        config.gradient_compression,
         seed=config.game.seed + topology.rank,
-        delayed_reduce=allreduce.gradient_reducer(config.gradient_compression) if delayed else None,
     )
-    trainer.create_optimizer_slots()
     spec, identity = transport.describe(
         env_info,
         agent,
@@ -191,6 +187,26 @@ def _memory_available() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def make_trainer(
+    agent: networks.Agent, learner: LearnerConfig, scheme: str, compression: str, seed: int
+) -> Trainer:
+    """A learner's `Trainer` whose gradients Horovod averages over the learners under the
+    gradient scheme `scheme` (`--grad_workers_communication`), sent as `compression`, with its
+    optimiser's slots made."""
+    delayed = scheme == "asynchronous"
+    trainer = Trainer(
+        agent,
+        learner,
+        # Synchronous gradients: averaged as the tape takes them; asynchronous: a step later.
+        wrap_tape=None if delayed else allreduce.tape_wrapper(compression),
+        every_learner=allreduce.every_learner,
+        seed=seed,
+        delayed_reduce=allreduce.gradient_reducer(compression) if delayed else None,
+    )
+    trainer.create_optimizer_slots()
+    return trainer
 
 
 def build_agent(config: LearnerJobConfig) -> tuple[EnvInfo, networks.Agent]:
