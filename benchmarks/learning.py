@@ -358,9 +358,10 @@ def main(argv: list[str]) -> int:
         drawing.draw([result.curve for result in results], title),
         os.path.join(run_dir, "learning_curve.png"),
     )
+    # On a tie the best is the first such policy.
     best = max(results, key=lambda result: _final(result, -math.inf))
     if len(results) > 1:
-        _report_population(results, run_dir)
+        _report_population(results, best, run_dir)
     if FLAGS.test_games:  # the best policy's, in a population
         play_test_games(best.figures, best.folder, os.path.join(best.folder, "learning.json"))
     written = ", ".join(f"{r.folder}/learning.json, {r.folder}/curve.csv" for r in results)
@@ -394,12 +395,12 @@ def _final(result: _Result, missing: float) -> float:
     return missing if value is None else value
 
 
-def _report_population(results: list[_Result], run_dir: str) -> None:
+def _report_population(results: list[_Result], best_result: _Result, run_dir: str) -> None:
     """A run of several policies: learning.json in the run folder names each one's final
-    mean return, the best and the worst."""
+    mean return, the best (`best_result`) and the worst."""
     finals = {result.policy: result.figures["final_mean_return"] for result in results}
-    best = max(results, key=lambda result: _final(result, -math.inf)).policy
-    # On a tie the best is the first such policy, the worst the last.
+    best = best_result.policy
+    # On a tie the worst is the last such policy.
     worst = min(reversed(results), key=lambda result: _final(result, math.inf)).policy
     population = {"final_mean_returns": finals, "best_policy": best, "worst_policy": worst}
     run_folder.write_json(os.path.join(run_dir, "learning.json"), population)
