@@ -593,6 +593,8 @@ def test_game_probes_refuse_bad_flags_in_one_line(tmp_path, script, flag):
         ("--batch_reuse=0", "--batch_reuse=0: must be at least 1"),
         ("--optimizer=sgd", "flag --optimizer=sgd: value should be one of"),
         ("--total_environment_frames=1e6", "the end-to-end budget is --e2e_frames"),
+        ("--num_learners=0", "flag --num_learners=0: 0 is not a positive integer"),
+        ("--num_learners=two", "flag --num_learners=two: invalid literal"),
     ],
 )
 def test_throughput_takes_experiment_flags_and_refuses_bad_ones_in_one_line(flag, message):

@@ -151,6 +151,7 @@ def test_flags_are_refused_in_one_line():
         ("--rates=1gbps", "--rates: '1gbps' is not a link rate such as 1gbit"),
         ("--compression=zip", "--compression: zip is not one of none, fp16"),
         ("--repeats=0", "flag --repeats=0: 0 is not a positive integer"),
+        ("--train_batches=-1", "flag --train_batches=-1: -1 is not a non-negative integer"),
         ("--bogus", "Unknown command line flag 'bogus'"),
     ]:
         completed = subprocess.run(
