@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
-import tensorflow as tf
 from absl import app, flags
 
-import networks
 from benchmarks import checkpoint_tools
-from impala import build, configs, envs
-from impala.evaluation import restore
+from impala import configs, envs
+
+if TYPE_CHECKING:
+    import networks
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "`init`: the game whose frames are shown.")
@@ -69,6 +70,10 @@ def frames(config: envs.EnvConfig) -> tuple[np.ndarray, int]:
 
 def probe(agent: networks.FeedForwardAgent, observations: np.ndarray) -> dict[str, float]:
     """The figures of the module docstring for `agent` on `observations` [N, ...]."""
+    import tensorflow as tf
+
+    import networks
+
     observations = tf.constant(observations)
     features = agent._torso(observations).numpy()
     batch = len(observations)
@@ -103,6 +108,12 @@ def main(argv: list[str]) -> int:
             if game not in shown:
                 shown[game] = frames(config)
             observations, num_actions = shown[game]
+            # TensorFlow loads here, once the games have checked the flags for `init`.
+            import tensorflow as tf
+
+            import networks
+            from impala import build
+
             if agent is None:
                 tf.random.set_seed(FLAGS.seed)
                 agent = build.agent_for(
@@ -139,6 +150,8 @@ def _network(path: str) -> tuple[str, envs.EnvConfig, networks.Agent | None]:
             frame_pooling=FLAGS.frame_pooling,
         )
         return path, config, None
+    from impala.evaluation import restore
+
     checkpoint, identity, agent = checkpoint_tools.restore_checkpoint(path)
     return checkpoint, restore.environment_config(identity, FLAGS.num_envs, FLAGS.seed), agent
 

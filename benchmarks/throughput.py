@@ -47,6 +47,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the stages compute as experiment.py's roles
@@ -56,10 +57,12 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 from benchmarks import learning_figures
-from benchmarks.stages import Stage, measure_env, measure_inference, measure_train
-from impala import build, configs, progress
+from impala import configs, progress
 from impala.curves import events
 from impala.launch import planning
+
+if TYPE_CHECKING:
+    from benchmarks.stages import Stage
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
@@ -94,6 +97,10 @@ class Stages:
 def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, object, int]:
     """The stages with experiment.py's flags; the agent (built here unless given) and the
     emulator frames per agent step."""
+    # TensorFlow, only once the flags are checked: a bad one is refused in a moment.
+    from benchmarks.stages import measure_env, measure_inference, measure_train
+    from impala import build
+
     env, num_actions, shape, dtype, frames_per_step = measure_env(
         FLAGS.level_name,
         FLAGS.num_envs_per_actor,

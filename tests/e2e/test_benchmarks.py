@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl.testing import flagsaver
 
 import experiment
-from benchmarks import learning_configs, learning_figures
+from benchmarks import learning_configs, learning_figures, parity_probe, pong_points
 from impala import curves, evaluation, run_folder
 from impala import flags as experiment_flags
 from impala.learner import checkpoints
@@ -484,14 +484,19 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
     # Every point after the first is served to the loser of the one before.
     served_to_agent = sum(int(line.rsplit(" of ", 1)[1]) for line in lines[9:11] if "of" in line)
     assert served_to_agent == outcomes[:-1].count("l")
-    cartpole = _run(str(tmp_path / "none"), script="pong_points")
-    assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr
+    # The command's one-line error; the other refusals are the same function's, called here.
+    missing = _run(str(tmp_path / "none"), script="pong_points")
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert (
+        missing.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"pong_points.py: error: {tmp_path / 'none'}: no such run folder")
+    )
     save_checkpoints(str(tmp_path / "cartpole"))
-    cartpole = _run(str(tmp_path / "cartpole"), script="pong_points")
-    assert cartpole.returncode == 1 and "Traceback" not in cartpole.stderr
-    assert cartpole.stderr.strip().splitlines()[-1] == (
-        f"pong_points.py: error: {tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: "
-        "trained on 'CartPole-v1', not Pong"
+    with pytest.raises(ValueError) as cartpole:
+        pong_points.play_games(str(tmp_path / "cartpole"), num_games=1, seed=0)
+    assert str(cartpole.value) == (
+        f"{tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: trained on 'CartPole-v1', not Pong"
     )
     save_checkpoints(
         str(tmp_path / "skip5"),
@@ -501,11 +506,11 @@ def test_pong_points_tells_a_games_points_and_refuses_other_games(tmp_path):
         num_actions=6,
         frames_per_step=5,
     )
-    skip5 = _run(str(tmp_path / "skip5"), script="pong_points")
-    assert skip5.returncode == 1 and "Traceback" not in skip5.stderr
-    assert skip5.stderr.strip().splitlines()[-1] == (
-        f"pong_points.py: error: {tmp_path / 'skip5' / 'checkpoints' / 'ckpt-7'}: trained with "
-        "5 frames a step; the ball's serves and returns are read for at most 4"
+    with pytest.raises(ValueError) as skip5:
+        pong_points.play_games(str(tmp_path / "skip5"), num_games=1, seed=0)
+    assert str(skip5.value) == (
+        f"{tmp_path / 'skip5' / 'checkpoints' / 'ckpt-7'}: trained with 5 frames a step; the "
+        "ball's serves and returns are read for at most 4"
     )
 
 
@@ -548,19 +553,21 @@ def test_parity_probe_reads_three_layers_and_refuses_what_it_cannot_probe(tmp_pa
         f"parity_probe.py: error: {tmp_path / 'cartpole' / 'checkpoints' / 'ckpt-7'}: "
         "trained on 'CartPole-v1', not Pong"
     )
-    skip3 = _run(pong("skip3", "ShallowConvNetAgent", frames_per_step=3), script="parity_probe")
-    assert skip3.returncode == 1 and "Traceback" not in skip3.stderr
-    assert skip3.stderr.strip().splitlines()[-1] == (
-        f"parity_probe.py: error: {tmp_path / 'skip3' / 'checkpoints' / 'ckpt-7'}: trained with "
-        "3 frames a step, so a game's parity alternates from step to step and no game has one "
-        "to probe"
+    # The other refusals are the same function's, called here.
+    with pytest.raises(ValueError) as skip3:
+        parity_probe.play_openings(
+            pong("skip3", "ShallowConvNetAgent", frames_per_step=3), 64, 200, 100
+        )
+    assert str(skip3.value) == (
+        f"{tmp_path / 'skip3' / 'checkpoints' / 'ckpt-7'}: trained with 3 frames a step, so a "
+        "game's parity alternates from step to step and no game has one to probe"
     )
     # Too few games to hold out a quarter of each parity (these 8 games' starts).
-    few = _run("--num_games=8", runs[1], script="parity_probe")
-    assert few.returncode == 1 and "Traceback" not in few.stderr
-    assert few.stderr.strip().splitlines()[-1] == (
-        "parity_probe.py: error: 4 of 8 games began on an odd frame, too few of one parity to "
-        "hold out a quarter of them; raise --num_games or change --seed"
+    with pytest.raises(ValueError) as few:
+        parity_probe.play_openings(runs[1], 8, 200, 100)
+    assert str(few.value) == (
+        "4 of 8 games began on an odd frame, too few of one parity to hold out a quarter of "
+        "them; raise --num_games or change --seed"
     )
 
 
