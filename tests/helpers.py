@@ -79,6 +79,7 @@ SMALL_RUN_FLAGS = (
     "--batch_size=4",
     "--num_envs_per_actor=2",
     "--total_environment_frames=1e9",
+    "--log_every_secs=1",  # progress lines, which tests wait for, every second (5 s by default)
 )
 
 

@@ -67,7 +67,12 @@ class _Training:
         "ones).",
         choices=COMPUTE_DTYPES,
     )
-    log_every_secs: float = 5.0  # progress lines this often (no flag: tests shorten it)
+    log_every_secs: float = setting(
+        5.0,
+        "The learner writes its progress lines (frames/s, returns, loss, policy lag, refused "
+        "calls) this often, in seconds.",
+        check=finite(),
+    )
 
 
 @config
