@@ -70,7 +70,7 @@ class _Training:
     log_every_secs: float = setting(
         5.0,
         "The learner writes its progress lines (frames/s, returns, loss, policy lag, refused "
-        "calls) this often, in seconds.",
+        "calls) and its TensorBoard training summaries this often, in seconds.",
         check=finite(),
     )
 
