@@ -14,7 +14,8 @@ an iteration instead of 4 (see BASE_FLAGS), and print the exact command. Sample 
 in its own venv, made on first use outside the repository (`benchmarks/peer_setup.py`:
 `$IMPALA_PEER_DIR`, else `~/.cache/impala-peer/sf2`, with its set-up log; a few minutes once,
 then instant). What Sample Factory counts and writes, and how it is read:
-`benchmarks/peer_results.py`.
+`benchmarks/peer_results.py`; its command lines: `benchmarks/peer_commands.py`; running it in a
+process group of its own: `benchmarks/peer_process.py`.
 
 throughput: runs it for `--seconds` under `timeout` (its own `--train_for_seconds` does not stop
   it in 2.1.1), in a new temporary train_dir, and prints its throughput in emulator frames/s:
@@ -40,26 +41,31 @@ Ctrl-C would (its learner saves), then, after a minute or at a second signal, ki
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import json
 import logging
 import os
 import platform
-import re
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow reads the event files
 
 from absl import app, flags
 
 from benchmarks import peer_results, peer_setup
+from benchmarks.peer_commands import (
+    EXPERIMENT,
+    RESERVED,
+    UsageError,
+    check_extra,
+    checkpoint_frames,
+    pong_command,
+    throughput_command,
+)
+from benchmarks.peer_process import run_sf, tail
 from impala import run_folder
 from impala.curves import curve_file
 
@@ -101,39 +107,9 @@ def _define_flags() -> None:
 
 MODES = ("throughput", "pong")
 SCRIPT = "peer.py"
-EXPERIMENT = "pong"  # Sample Factory's experiment name in `--out_dir/sf/`
-# What every run is given: the game, the CPU, and the workers our actors have (2 processes of
-# 8 environments each). Its Atari settings are synchronous (`--async_rl=False`): an iteration
-# must train on exactly one rollout of every environment, 128 steps each, in minibatches of 256,
-# and its default of 4 minibatches fits its default 8 environments, not 16 (it refuses to start:
-# "Ratio is 0.5 (should be a positive integer)"). 8 minibatches keep all else as it is: each
-# sample is still trained on --num_epochs (4) times, in minibatches of 256.
-BASE_FLAGS = (
-    "--env=atari_pong",
-    "--device=cpu",
-    "--num_workers=2",
-    "--num_envs_per_worker=8",
-    "--num_batches_per_epoch=8",
-)
-# Flags the benchmark sets, or whose change would make its figures mean something else.
-_RESERVED = {
-    "env",
-    "device",
-    "num_workers",
-    "num_envs_per_worker",
-    "experiment",
-    "train_dir",
-    "train_for_env_steps",
-    "train_for_seconds",
-    "restart_behavior",
-    "summaries_use_frameskip",
-}
-_STOP_GRACE_SECS = 60  # after Ctrl-C's signal, the time Sample Factory has to save and stop
-_PROGRESS_SECS = 60
 _STOPPED = 130  # this command's exit status when stopped with nothing to report
 _TIMED_OUT = 124  # timeout's exit status when the time was up
 _COMMANDS = "sf_commands.txt"  # in --out_dir: Sample Factory's command line, one per start
-_CHECKPOINT = re.compile(r"^checkpoint_\d+_(\d+)\.pth$")
 # The settings peer.json records, read from Sample Factory's config.json.
 _SETTINGS = (
     "algo",
@@ -157,207 +133,14 @@ _SETTINGS = (
 )
 
 
-class UsageError(Exception):
-    """A bad command line or `--out_dir`: one line, exit status 2."""
-
-
 class RunError(Exception):
     """Sample Factory failed, or gave nothing to report: one line, exit status 1."""
 
 
-# --- planning: the command lines (pure) -------------------------------------------------------
-
-
-def check_extra(extra: list[str], reserved: set[str]) -> None:
-    """UsageError unless each of `extra` is `--name=value` and sets no flag in `reserved`."""
-    for flag in extra:
-        name, equals, _ = flag.removeprefix("--").partition("=")
-        if not flag.startswith("--") or not equals or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-            raise UsageError(f"--extra={flag}: give a Sample Factory flag as --name=value")
-        if name in reserved:
-            raise UsageError(
-                f"--extra={flag}: the benchmark sets --{name} itself"
-                + (" (give --num_epochs)" if name == "num_epochs" else "")
-            )
-
-
-def sf_command(python: str, train_dir: str, experiment: str, *flags_: str) -> list[str]:
-    """Sample Factory's Atari example on Pong, on the CPU with our actors' workers."""
-    return [
-        python,
-        "-m",
-        "sf_examples.atari.train_atari",
-        *BASE_FLAGS,
-        f"--experiment={experiment}",
-        f"--train_dir={train_dir}",
-        *flags_,
-    ]
-
-
-def throughput_command(
-    python: str, train_dir: str, seconds: float, num_epochs: int, extra: list[str]
-) -> list[str]:
-    """The throughput run: Sample Factory under `timeout`, which sends Ctrl-C's signal when the
-    time is up (it saves and stops) and kills it 30 s later if it has not."""
-    epochs = [f"--num_epochs={num_epochs}"] if num_epochs else []
-    return [
-        "timeout",
-        "--signal=INT",
-        "--kill-after=30",
-        f"{seconds:g}",
-        *sf_command(
-            python,
-            train_dir,
-            "throughput",
-            "--encoder_conv_architecture=convnet_atari",
-            *epochs,
-            *extra,
-        ),
-    ]
-
-
-def pong_command(python: str, train_dir: str, frames: float, extra: list[str]) -> list[str]:
-    """The Pong run: Sample Factory's own settings, to `frames` emulator frames."""
-    return sf_command(python, train_dir, EXPERIMENT, f"--train_for_env_steps={frames:.0f}", *extra)
-
-
-def checkpoint_frames(experiment_dir: str) -> int | None:
-    """The frames of the latest checkpoint in a Sample Factory experiment folder (its name,
-    `checkpoint_<train step>_<env steps>.pth`, tells them), None if it has none."""
-    folder = os.path.join(experiment_dir, "checkpoint_p0")
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return None
-    found = [int(m.group(1)) for name in names if (m := _CHECKPOINT.match(name))]
-    return max(found) if found else None
-
-
-# --- running Sample Factory in its own process group -------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: Ctrl-C's signal when this command dies, even by SIGKILL, so
-    that no Sample Factory process outlives it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
-
-
-def _child_env() -> dict[str, str]:
-    """This environment without the project's venv and paths; no network for wandb or the
-    Hugging Face hub (neither is used)."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
-    }
-    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
-    return env
-
-
-def _signal_group(pgid: int, signum: int) -> bool:
-    """Sends `signum` to the process group; False if it has no process left."""
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs (one that has exited but was not yet waited
-    for by its parent does not)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in "ZX":
-            return True
-    return False
-
-
-def run_sf(argv: list[str], log_path: str, cwd: str) -> tuple[int, bool]:
-    """Runs `argv` in a new process group, its output appended to `log_path`, printing its
-    progress every minute. SIGINT, SIGTERM and SIGHUP stop the group: Ctrl-C's signal first
-    (Sample Factory's learner saves), SIGKILL after `_STOP_GRACE_SECS` or at a second signal.
-
-    Returns:
-      (exit status, whether a signal stopped it).
-    """
-    requested: list[float] = []
-    child: subprocess.Popen | None = None
-
-    def stop(signum, frame):
-        requested.append(time.monotonic())
-        if child is not None:
-            _signal_group(child.pid, signal.SIGINT if len(requested) == 1 else signal.SIGKILL)
-
-    previous = {
-        signum: signal.signal(signum, stop)
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    }
-    try:
-        with open(log_path, "ab") as log:
-            child = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=_child_env(),
-                start_new_session=True,  # its own process group, which a stop signals whole
-                preexec_fn=_die_with_parent,
-            )
-        if requested:  # a signal came before the child existed
-            _signal_group(child.pid, signal.SIGINT)
-        last_progress = time.monotonic()
-        while child.poll() is None:
-            time.sleep(1.0)
-            if requested and time.monotonic() - requested[0] > _STOP_GRACE_SECS:
-                _signal_group(child.pid, signal.SIGKILL)
-            if time.monotonic() - last_progress >= _PROGRESS_SECS:
-                last_progress = time.monotonic()
-                _print_progress(log_path)
-        # Its processes stop with it; any left (it was killed) are killed, then waited for.
-        deadline = time.monotonic() + 10
-        while group_alive(child.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if group_alive(child.pid):
-            _signal_group(child.pid, signal.SIGKILL)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return child.returncode, bool(requested)
-
-
-def _tail(path: str, size: int = 1 << 16) -> str:
-    """The end of a log, as text."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _print_progress(log_path: str) -> None:
-    lines = peer_results.fps_lines(_tail(log_path))
-    if lines:
-        last = lines[-1]
-        print(
-            f"[peer] {last.frames:,} frames trained, {last.fps_60:,.0f} frames/s over its last "
-            f"60 s, {last.samples:,} samples this start",
-            flush=True,
-        )
-
-
 def _failed(status: int, log_path: str) -> RunError:
     """Sample Factory's failure, its log's last lines printed before."""
-    tail = _tail(log_path, 4096).strip().splitlines()[-15:]
-    print("\n".join(f"[sf] {line}" for line in tail), file=sys.stderr)
+    last = tail(log_path, 4096).strip().splitlines()[-15:]
+    print("\n".join(f"[sf] {line}" for line in last), file=sys.stderr)
     return RunError(f"Sample Factory stopped with exit status {status}: see {log_path}")
 
 
@@ -373,7 +156,7 @@ def _ensure_peer() -> peer_setup.Peer:
 
 def throughput() -> int:
     """Runs Sample Factory for `--seconds` and prints its steady throughput."""
-    check_extra(FLAGS.extra, _RESERVED | {"num_epochs", "encoder_conv_architecture"})
+    check_extra(FLAGS.extra, RESERVED | {"num_epochs", "encoder_conv_architecture"})
     if FLAGS.seconds < FLAGS.skip_seconds + peer_results.FPS_WINDOW_SECS:
         raise UsageError(
             f"--seconds={FLAGS.seconds:g}: the 60-s figure after --skip_seconds="
@@ -423,7 +206,7 @@ def pong() -> int:
     """Trains (or goes on training) Sample Factory's Pong run in `--out_dir`, then reports."""
     if not FLAGS.out_dir:
         raise UsageError("pong: give the run's folder as --out_dir")
-    check_extra(FLAGS.extra, _RESERVED)
+    check_extra(FLAGS.extra, RESERVED)
     out_dir = os.path.abspath(FLAGS.out_dir)
     train_dir = os.path.join(out_dir, "sf")
     experiment_dir = os.path.join(train_dir, EXPERIMENT)

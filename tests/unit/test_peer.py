@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from benchmarks import learning_figures, peer, peer_results, peer_setup
+from benchmarks import learning_figures, peer, peer_commands, peer_process, peer_results, peer_setup
 from impala import curves
 from impala.curves import curve_file
 from tests.helpers import ROOT
@@ -244,7 +244,7 @@ def test_the_command_lines_are_sample_factorys_atari_example_on_16_cpu_environme
         "--num_envs_per_worker=8",
         "--num_batches_per_epoch=8",
     ]
-    assert peer.throughput_command("py", "/tmp/t", 150, 6, ["--seed=1"]) == [
+    assert peer_commands.throughput_command("py", "/tmp/t", 150, 6, ["--seed=1"]) == [
         "timeout",
         "--signal=INT",
         "--kill-after=30",
@@ -257,8 +257,8 @@ def test_the_command_lines_are_sample_factorys_atari_example_on_16_cpu_environme
         "--seed=1",
     ]
     # Its own number of epochs unless one is given.
-    assert "--num_epochs" not in " ".join(peer.throughput_command("py", "/t", 150, 0, []))
-    assert peer.pong_command("py", "/r/sf", 10e6, []) == [
+    assert "--num_epochs" not in " ".join(peer_commands.throughput_command("py", "/t", 150, 0, []))
+    assert peer_commands.pong_command("py", "/r/sf", 10e6, []) == [
         *base,
         "--experiment=pong",
         "--train_dir=/r/sf",
@@ -267,26 +267,26 @@ def test_the_command_lines_are_sample_factorys_atari_example_on_16_cpu_environme
 
 
 def test_extra_flags_must_be_name_value_and_leave_the_benchmarks_own_alone():
-    peer.check_extra(["--seed=1", "--async_rl=True"], {"device"})
+    peer_commands.check_extra(["--seed=1", "--async_rl=True"], {"device"})
     for flag, message in [
         ("seed=1", "--extra=seed=1: give a Sample Factory flag as --name=value"),
         ("--seed", "--extra=--seed: give a Sample Factory flag as --name=value"),
         ("--device=gpu", "--extra=--device=gpu: the benchmark sets --device itself"),
     ]:
-        with pytest.raises(peer.UsageError) as error:
-            peer.check_extra([flag], {"device"})
+        with pytest.raises(peer_commands.UsageError) as error:
+            peer_commands.check_extra([flag], {"device"})
         assert str(error.value) == message
 
 
 def test_the_latest_checkpoint_names_the_frames_trained(tmp_path):
-    assert peer.checkpoint_frames(str(tmp_path)) is None
+    assert peer_commands.checkpoint_frames(str(tmp_path)) is None
     folder = tmp_path / "checkpoint_p0"
     folder.mkdir()
     for name in ["checkpoint_000000064_16384.pth", "checkpoint_000000128_32768.pth"]:
         (folder / name).write_bytes(b"")
     (folder / "checkpoint_temp").write_bytes(b"")  # one being written
     (folder / "best_000000100_99999999.pth").write_bytes(b"")  # the best, not the latest
-    assert peer.checkpoint_frames(str(tmp_path)) == 32768
+    assert peer_commands.checkpoint_frames(str(tmp_path)) == 32768
 
 
 # --- stopping Sample Factory's process group --------------------------------------------------
@@ -306,7 +306,9 @@ time.sleep(60)
 
 def _stand_in(tmp_path, mode: str) -> tuple[tuple[int, bool], int]:
     log = tmp_path / "sf.log"
-    result = peer.run_sf([sys.executable, "-c", _STAND_IN, mode], str(log), cwd=str(tmp_path))
+    result = peer_process.run_sf(
+        [sys.executable, "-c", _STAND_IN, mode], str(log), cwd=str(tmp_path)
+    )
     worker = int(log.read_text().split()[1])
     return result, worker
 
@@ -328,7 +330,7 @@ def test_a_stop_signal_stops_the_whole_group_as_ctrl_c_would(tmp_path):
 
 
 def test_a_group_that_ignores_ctrl_c_is_killed_after_the_grace(tmp_path, monkeypatch):
-    monkeypatch.setattr(peer, "_STOP_GRACE_SECS", 1)
+    monkeypatch.setattr(peer_process, "STOP_GRACE_SECS", 1)
     (status, stopped), worker = _stand_in(tmp_path, "ignore")
     assert stopped and status == -signal.SIGKILL
     assert _gone(worker)

@@ -1,0 +1,133 @@
+"""Running Sample Factory for `benchmarks.peer` in a process group of its own, which a stop
+signals whole and which does not outlive this command."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+
+from benchmarks import peer_results
+
+STOP_GRACE_SECS = 60  # after Ctrl-C's signal, the time Sample Factory has to save and stop
+_PROGRESS_SECS = 60
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: Ctrl-C's signal when this command dies, even by SIGKILL, so
+    that no Sample Factory process outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+
+
+def _child_env() -> dict[str, str]:
+    """This environment without the project's venv and paths; no network for wandb or the
+    Hugging Face hub (neither is used)."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+    }
+    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    return env
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Sends `signum` to the process group; False if it has no process left."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (one that has exited but was not yet waited
+    for by its parent does not)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in "ZX":
+            return True
+    return False
+
+
+def run_sf(argv: list[str], log_path: str, cwd: str) -> tuple[int, bool]:
+    """Runs `argv` in a new process group, its output appended to `log_path`, printing its
+    progress every minute. SIGINT, SIGTERM and SIGHUP stop the group: Ctrl-C's signal first
+    (Sample Factory's learner saves), SIGKILL after `STOP_GRACE_SECS` or at a second signal.
+
+    Returns:
+      (exit status, whether a signal stopped it).
+    """
+    requested: list[float] = []
+    child: subprocess.Popen | None = None
+
+    def stop(signum, frame):
+        requested.append(time.monotonic())
+        if child is not None:
+            _signal_group(child.pid, signal.SIGINT if len(requested) == 1 else signal.SIGKILL)
+
+    previous = {
+        signum: signal.signal(signum, stop)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=_child_env(),
+                start_new_session=True,  # its own process group, which a stop signals whole
+                preexec_fn=_die_with_parent,
+            )
+        if requested:  # a signal came before the child existed
+            _signal_group(child.pid, signal.SIGINT)
+        last_progress = time.monotonic()
+        while child.poll() is None:
+            time.sleep(1.0)
+            if requested and time.monotonic() - requested[0] > STOP_GRACE_SECS:
+                _signal_group(child.pid, signal.SIGKILL)
+            if time.monotonic() - last_progress >= _PROGRESS_SECS:
+                last_progress = time.monotonic()
+                _print_progress(log_path)
+        # Its processes stop with it; any left (it was killed) are killed, then waited for.
+        deadline = time.monotonic() + 10
+        while group_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if group_alive(child.pid):
+            _signal_group(child.pid, signal.SIGKILL)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return child.returncode, bool(requested)
+
+
+def tail(path: str, size: int = 1 << 16) -> str:
+    """The end of a log, as text."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _print_progress(log_path: str) -> None:
+    lines = peer_results.fps_lines(tail(log_path))
+    if lines:
+        last = lines[-1]
+        print(
+            f"[peer] {last.frames:,} frames trained, {last.fps_60:,.0f} frames/s over its last "
+            f"60 s, {last.samples:,} samples this start",
+            flush=True,
+        )
