@@ -63,22 +63,22 @@ row), all-reduces per batch (each batch takes S steps, each all-reducing: at mos
 m = S step (1 - e) / (e t(8)) all-reduces per batch reach efficiency e), or overlap (the share
 f = 1 - step (1 - e) / (e t(8)) of each all-reduce hidden behind compute, possible only while
 f t(8) <= step).
+
+The parts: the namespaces and the shaped link in `scaling_link.py`, the ranks' mpirun in
+`scaling_ranks.py`, each rank in `scaling_rank.py`, the model and the report in
+`scaling_model.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import json
 import os
-import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
 from absl import app, flags
 
@@ -93,6 +93,7 @@ from benchmarks.scaling_model import (
     table_lines,
     train_lines,
 )
+from benchmarks.scaling_ranks import Ranks, ranks_command, write_launch_agent
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates to hold the pair to (tc's spelling).")
@@ -119,12 +120,10 @@ flags.DEFINE_float(
     "rank_timeout_secs", 300.0, "Give up when the ranks are silent this long.", lower_bound=1
 )
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SCRIPT = "scaling.py"
 COMPRESSIONS = ("none", "fp16")
 # The Open MPI settings that put the ranks on the pair: --mca may not change them.
 _OWN_MCA = ("plm_rsh_agent", "oob_tcp_if_include", "pml", "btl", "btl_tcp_if_include")
-_MARK = "SCALING "  # benchmarks.scaling_rank's result lines
 
 
 class StoppedError(Exception):
@@ -206,115 +205,6 @@ def measure_step(seconds: float) -> StepCompute:
     steps_per_batch = config.batch_reuse * config.num_batches_per_epoch
     batch_secs = config.unroll_length * config.batch_size / stage.steps_per_second
     return StepCompute(batch_secs / steps_per_batch, steps_per_batch)
-
-
-_AGENT = """#!/bin/sh
-# Open MPI's launch agent for one benchmarks.scaling run: "$1" is the host, the rest the
-# command line its shell runs. The one other host is the namespace holding {address}.
-[ "$1" = "{address}" ] || {{ echo "no such host: $1" >&2; exit 1; }}
-shift
-exec ip netns exec {namespace} sh -c "$*"
-"""
-
-
-def write_launch_agent(link: scaling_link.Link, folder: str) -> str:
-    path = os.path.join(folder, "launch_agent")
-    with open(path, "w") as f:
-        f.write(_AGENT.format(address=scaling_link.ADDRESSES[1], namespace=link.namespaces[1]))
-    os.chmod(path, 0o700)
-    return path
-
-
-def ranks_command(
-    link: scaling_link.Link,
-    agent: str,
-    warmup: int,
-    repeats: int,
-    compressions: list[str],
-    extra_mca: dict[str, str],
-    train_batches: int = 0,
-) -> list[str]:
-    """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
-    subnet = scaling_link.SUBNET
-    mca = {
-        **extra_mca,
-        "plm_rsh_agent": agent,
-        "oob_tcp_if_include": subnet,
-        # TCP only, on the pair: no shared memory or UCX between the two "hosts".
-        "pml": "ob1",
-        "btl": "tcp,self",
-        "btl_tcp_if_include": subnet,
-    }
-    argv = ["mpirun", "--allow-run-as-root", "-np", "2"]
-    argv += ["-H", ",".join(f"{address}:1" for address in scaling_link.ADDRESSES)]
-    argv += ["--bind-to", "none", "--map-by", "slot", "-x", "PYTHONUNBUFFERED"]
-    for name, value in mca.items():
-        argv += ["--mca", name, value]
-    argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
-    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches), link.tag]
-    return link.in_namespace(0, argv)
-
-
-class Ranks:
-    """The mpirun of the two ranks: what it prints, line by line, and its input."""
-
-    def __init__(self, argv: list[str]):
-        self.tail: list[str] = []
-        self._lines: queue.Queue = queue.Queue()
-        self.process = subprocess.Popen(
-            argv,
-            cwd=_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
-
-    def result(self, timeout: float) -> dict:
-        """Rank 0's next result line.
-
-        Raises:
-          RuntimeError: the ranks ended, or said nothing for `timeout` seconds.
-        """
-        while True:
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                raise RuntimeError(f"the ranks said nothing for {timeout:.0f} s") from None
-            if line is None:
-                self.process.wait()
-                last = " | ".join(self.tail[-6:]) or "nothing"
-                raise RuntimeError(
-                    f"the ranks' mpirun ended (status {self.process.returncode}); its last "
-                    f"lines: {last}"
-                )
-            if line.startswith(_MARK):
-                return json.loads(line[len(_MARK) :])
-            self.tail = [*self.tail[-40:], line]
-
-    def send(self, line: str) -> None:
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def stop(self, grace_secs: float = 5.0) -> None:
-        """Ends mpirun (which ends its ranks), SIGKILL after `grace_secs`."""
-        for sig, wait in ((signal.SIGTERM, grace_secs), (signal.SIGKILL, 2.0)):
-            if self.process.poll() is not None:
-                return
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                return
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=wait)
 
 
 def measure_links(
