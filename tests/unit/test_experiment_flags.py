@@ -122,3 +122,13 @@ def test_the_precision_and_the_gradient_compression_refuse_what_they_do_not_know
 
     with pytest.raises(ValueError, match=r"^--gradient_compression=zip: must be one of none, fp16"):
         allreduce.tape_wrapper("zip")
+
+
+def test_the_progress_interval_reaches_the_learner_and_the_single_process_trainer():
+    _, learner, local, _ = _roles("--log_every_secs=1")
+    assert learner.log_every_secs == local.log_every_secs == 1.0
+    _, learner, local, _ = _roles()
+    assert learner.log_every_secs == local.log_every_secs == 5.0  # the default, as before
+    for value in ("-1", "inf", "nan"):
+        with pytest.raises(ValueError, match=rf"^--log_every_secs={value}.*: must be a finite"):
+            _roles(f"--log_every_secs={value}")
