@@ -10,8 +10,9 @@ Both run `sf_examples.atari.train_atari --env=atari_pong` (Sample Factory 2.1.1'
 with its own defaults: APPO run synchronously, Nature encoder `convnet_atari`, rollouts of 128,
 4 epochs over each iteration's samples in minibatches of 256) with `--device=cpu --num_workers=2
 --num_envs_per_worker=8` and, so that its synchronous mode accepts 16 environments, 8 minibatches
-an iteration instead of 4 (see BASE_FLAGS), and print the exact command. Sample Factory lives
-in its own venv, made on first use outside the repository (`benchmarks/peer_setup.py`:
+an iteration instead of 4 (see `peer_commands.BASE_FLAGS`), and print the exact command.
+Sample Factory lives in its own venv, made on first use outside the repository
+(`benchmarks/peer_setup.py`:
 `$IMPALA_PEER_DIR`, else `~/.cache/impala-peer/sf2`, with its set-up log; a few minutes once,
 then instant). What Sample Factory counts and writes, and how it is read:
 `benchmarks/peer_results.py`; its command lines: `benchmarks/peer_commands.py`; running it in a

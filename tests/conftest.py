@@ -37,7 +37,7 @@ if _CPU_LOG:
             log.write(f"{_cpu_seconds() - before:.2f} {item.nodeid}\n")
 
 
-# The longest test files, with their seconds in an idle `make test` (2026-12-06, 09:30 UTC,
+# The longest test files, with their seconds in an idle `make test` (2026-12-06, 09:23 UTC,
 # rounded to 5).
 # pytest-xdist's loadfile gives a worker the next file in collection order whenever it is down
 # to its last two tests (with --no-loadscope-reorder, as `make test` runs it; by default it

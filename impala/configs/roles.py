@@ -69,8 +69,9 @@ class _Training:
     )
     log_every_secs: float = setting(
         5.0,
-        "The learner writes its progress lines (frames/s, returns, loss, policy lag, refused "
-        "calls) and its TensorBoard training summaries this often, in seconds.",
+        "The learner (and --job_name=local's trainer) writes its progress lines (frames/s, "
+        "returns, loss, policy lag, refused calls) and its TensorBoard training summaries this "
+        "often, in seconds; 0: after every step.",
         check=finite(),
     )
 

@@ -3,9 +3,11 @@ IMPALA_PROCESS_CPU=<file>, every Python process appends one line to <file> as it
 CPU seconds, wall seconds, whether it loaded TensorFlow and Horovod, the test it ran for
 (pytest's PYTEST_CURRENT_TEST, which the processes a test starts inherit) and its command line.
 
-  PYTHONPATH=scripts/process_cpu IMPALA_PROCESS_CPU=/tmp/processes.tsv make test
+  PYTHONPATH=$PWD/scripts/process_cpu IMPALA_PROCESS_CPU=/tmp/processes.tsv make test
 
-A process killed outright (SIGKILL) writes nothing.
+Absolute paths, so that processes started in other folders log too. A process that a signal
+ends without Python's exit handlers (SIGKILL, or SIGTERM where nothing handles it) writes
+nothing; the test is the one running when the process started.
 """
 
 import atexit

@@ -160,7 +160,6 @@ TWO_LEARNERS = (
     "--batch_size=4",
     "--num_envs_per_actor=2",
     "--learning_rate=0.01",
-    "--log_every_secs=1",  # the first progress line, which the pair's stop waits for, sooner
 )
 
 
@@ -300,7 +299,6 @@ def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_acto
         f"--level_name={COUNTER}",
         "--agent_name=MLPAgent",
         "--total_environment_frames=3000",
-        "--log_every_secs=1",  # the first progress line, which the actor's kill waits for
         f"--logdir={tmp_path}",
         "--experiment=run",
         *common,

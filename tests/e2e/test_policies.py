@@ -30,7 +30,7 @@ def _argv(run_dir):
         "--with_pbt",
         f'--pbt_initial_hyperparameters={{"1": {{"learning_rate": {USELESS_LEARNING_RATE}}}}}',
         "--pbt_start_mutation=14000",
-        "--pbt_period_env_steps=6000",
+        "--pbt_period_env_steps=5000",  # looks at 14k, 19k, 24k and 29k
         "--pbt_objective_games=40",
         "--pbt_replace_reward_gap_absolute=0.4",
     )

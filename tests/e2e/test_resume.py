@@ -37,7 +37,6 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
         # Annealed from the start over the budget: the rate falls in a visible way.
         "--learning_rate_anneal_frames=0",
         "--learning_rate_cooldown_fraction=0",
-        "--log_every_secs=1",  # the first progress line, which the stop waits for, sooner
     ]
     run_dir = tmp_path / "run"
     # A run folder as runs made them before they were private: the learner makes it its own.
