@@ -12,11 +12,10 @@ with its own defaults: APPO run synchronously, Nature encoder `convnet_atari`, r
 --num_envs_per_worker=8` and, so that its synchronous mode accepts 16 environments, 8 minibatches
 an iteration instead of 4 (see `peer_commands.BASE_FLAGS`), and print the exact command.
 Sample Factory lives in its own venv, made on first use outside the repository
-(`benchmarks/peer_setup.py`:
-`$IMPALA_PEER_DIR`, else `~/.cache/impala-peer/sf2`, with its set-up log; a few minutes once,
-then instant). What Sample Factory counts and writes, and how it is read:
-`benchmarks/peer_results.py`; its command lines: `benchmarks/peer_commands.py`; running it in a
-process group of its own: `benchmarks/peer_process.py`.
+(`benchmarks/peer_setup.py`: `$IMPALA_PEER_DIR`, else `~/.cache/impala-peer/sf2`, with its
+set-up log; a few minutes once, then instant). What Sample Factory counts and writes, and how
+it is read: `benchmarks/peer_results.py`; its command lines: `benchmarks/peer_commands.py`;
+running it in a process group of its own: `benchmarks/peer_process.py`.
 
 throughput: runs it for `--seconds` under `timeout` (its own `--train_for_seconds` does not stop
   it in 2.1.1), in a new temporary train_dir, and prints its throughput in emulator frames/s:
