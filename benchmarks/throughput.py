@@ -15,7 +15,10 @@ Prints, in agent steps/s and emulator frames/s:
              --num_batches_per_epoch optimisation steps each, in
              agent steps of new experience consumed per second;
   ceiling    what a pipeline doing the three one after another on this machine could reach,
-             1 / (1/env + 1/inference + 1/train): the compute-bound ceiling;
+             1 / (1/env + 1/inference + 1/train): the compute-bound ceiling; with
+             --replay_parameters the train stage counts the batch's fresh share only
+             (a 50/50 mix trains twice the steps per new frame), and the time an elite
+             replay spends encoding its candidates again is left out of it;
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
              steady state after start-up (all learners' frames), and its fraction of the
              ceiling, which is one learner's: with several learners on this machine they
@@ -58,6 +61,7 @@ from absl import app, flags
 import experiment  # its flags: the set-up measured is the one make train runs
 from benchmarks import learning_figures
 from impala import configs, progress
+from impala.configs import replay as replay_config
 from impala.curves import events
 from impala.launch import planning
 
@@ -86,12 +90,25 @@ class Stages:
     inference: Stage
     train: Stage
 
-    @property
-    def ceiling(self) -> float:
-        """Agent steps/s of a pipeline doing the three one after another."""
+    def ceiling_fresh(self, fresh: float = 1.0) -> float:
+        """Agent steps/s of a pipeline doing the three one after another, when a `fresh`
+        fraction of each batch is new experience (the rest replayed)."""
+        rates = (self.env, self.inference, self.train)
         return 1.0 / sum(
-            1.0 / stage.steps_per_second for stage in (self.env, self.inference, self.train)
+            1.0 / (stage.steps_per_second * (fresh if stage is self.train else 1.0))
+            for stage in rates
         )
+
+
+def fresh_fraction(batch_size: int) -> float:
+    """The share of a batch the actors' new trajectories make: 1, or with
+    --replay_parameters the queue's share (`impala.configs.replay.batch_shares`)."""
+    replays = replay_config.parse(FLAGS.replay_parameters)
+    if not replays:
+        return 1.0
+    shares = replay_config.batch_shares(replays, batch_size)
+    (fresh,) = [s for r, s in zip(replays, shares, strict=True) if r.type == "queue"]
+    return fresh / batch_size
 
 
 def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, object, int]:
@@ -193,7 +210,8 @@ def main(argv):
     summary = measure_end_to_end(FLAGS.e2e_frames)
     after, _, _ = measure_stages(config, agent)
     e2e = summary["frames_per_second_steady"] / frames_per_step
-    ceilings = [before.ceiling, after.ceiling]
+    fresh = fresh_fraction(config.batch_size)
+    ceilings = [before.ceiling_fresh(fresh), after.ceiling_fresh(fresh)]
     ceiling = float(np.mean(ceilings))
 
     def row(name, *steps_per_second):
@@ -236,9 +254,11 @@ def main(argv):
     print(f"  policy lag end to end     {lag_text(summary)}")
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
+    # The actors play a batch's fresh trajectories only; the learner trains on all of it.
+    fresh_steps = batch_steps * fresh
     stages = {
         "train": mean("train", "cpu_per_step") * batch_steps,
-        "play": (mean("env", "cpu_per_step") + mean("inference", "cpu_per_step")) * batch_steps,
+        "play": (mean("env", "cpu_per_step") + mean("inference", "cpu_per_step")) * fresh_steps,
     }
     learner_cpu = (
         summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
@@ -246,9 +266,9 @@ def main(argv):
     cpu = progress.cpu_line(
         learner_cpu,
         summary["actor_time"],
-        config.batch_size / FLAGS.num_envs_per_actor,
+        config.batch_size * fresh / FLAGS.num_envs_per_actor,
         stages,
-        batch_steps / e2e,
+        fresh_steps / e2e,
         os.cpu_count() or 1,
     )
     print(f"  CPU seconds per batch     {cpu}")
