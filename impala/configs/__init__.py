@@ -9,7 +9,8 @@ experiment.py builds the configs from the flags, and each config checks its valu
   game.py       GameConfig: how the games are played (every role holds one)
   learner.py    LearnerConfig: the hyperparameters; PRESETS (the paper's values)
   pbt.py        PbtConfig: population-based training (Sample Factory's flag names)
-  roles.py      LearnerJobConfig, ActorJobConfig, LocalConfig, EvalConfig
+  roles.py      LearnerJobConfig, ActorJobConfig, LocalConfig
+  evaluation.py EvalConfig: --mode=test
   addresses.py  the learners' host:port
   declare.py    `setting` and the checks the declarations share
 
@@ -18,6 +19,7 @@ anything.
 """
 
 from impala.configs.addresses import check_learner_hosts, parse_address
+from impala.configs.evaluation import POLICIES, EvalConfig
 from impala.configs.game import (
     ATARI_FRAME_SKIP,
     FRAME_POOLING_CHOICES,
@@ -42,9 +44,7 @@ from impala.configs.roles import (
     DEFAULT_AGENT_NAME,
     GRADIENT_COMPRESSIONS,
     MAX_ACTOR_THREADS,
-    POLICIES,
     ActorJobConfig,
-    EvalConfig,
     LearnerJobConfig,
     LocalConfig,
 )
