@@ -13,10 +13,11 @@ import tensorflow as tf
 from impala.envs import catch
 from tests.helpers import ROOT, run_local_argv
 
-# The elite example, smaller: the learner's network runs again on the candidates.
+# The elite example, smaller, with the candidates of the Pong runs (2 per trajectory):
+# the learner's network runs again on them.
 MIX = (
     '[{"type": "custom", "capacity": 64, "sample_ratio": 0.5, "dist_function": "ln_norm",'
-    ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6,'
+    ' "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2,'
     ' "alfa_annealing_factor": 2.0},'
     ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]'
 )
