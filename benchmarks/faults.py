@@ -31,6 +31,7 @@ import time
 
 from absl import app, flags
 
+from benchmarks import fault_logs as logs
 from impala import run_folder
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,28 +61,6 @@ RUN_FLAGS = (
     "--max_actor_restarts=100000",
     "--restart_max_delay_secs=2",
 )
-_PROGRESS = re.compile(r"^(\d\d:\d\d:\d\d) frames ([\d.]+)([kM]?)/")
-_RESUMED = re.compile(r"resumed from (\S+): (\d+) frames done")
-_CHECKPOINT = re.compile(r"^(\d\d:\d\d:\d\d) checkpoint \S+ at (\d+) frames")
-_DONE = re.compile(r"^(\d\d:\d\d:\d\d) done: ", re.MULTILINE)
-_SUFFIX = {"": 1, "k": 1_000, "M": 1_000_000}
-
-
-def progress_frames(log: str) -> list[int]:
-    """The frame counts of every progress line of a learners' log, in order."""
-    return [
-        round(float(m[2]) * _SUFFIX[m[3]])
-        for m in (_PROGRESS.match(line) for line in log.splitlines())
-        if m
-    ]
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 def _processes(experiment: str, job: str) -> list[int]:
@@ -153,10 +132,10 @@ class _Run:
         )
 
     def log(self) -> str:
-        return _read(os.path.join(self.run_dir, "learners.log"))
+        return logs.read(os.path.join(self.run_dir, "learners.log"))
 
     def frames_done(self) -> int:
-        counts = progress_frames(self.log())
+        counts = logs.progress_frames(self.log())
         return counts[-1] if counts else 0
 
     def running(self) -> bool:
@@ -200,21 +179,15 @@ def _kill_an_actor(run: _Run, rng: random.Random) -> tuple[int, float] | None:
 def _kill_the_learner(run: _Run) -> tuple[float, int] | None:
     """SIGKILLs learner rank `--learner_rank` right after a progress line; returns (time,
     frames of that line) or None if it is not running."""
-    lines = len(progress_frames(run.log()))
+    lines = len(logs.progress_frames(run.log()))
     deadline = time.monotonic() + 30
-    while len(progress_frames(run.log())) == lines and time.monotonic() < deadline:
+    while len(logs.progress_frames(run.log())) == lines and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in _processes(run.experiment, "learner"):
         if _rank(pid) == FLAGS.learner_rank:
             os.kill(pid, signal.SIGKILL)
-            return time.monotonic(), _frames_logged(run.log())
+            return time.monotonic(), logs.frames_logged(run.log())
     return None
-
-
-def _frames_logged(log: str) -> int:
-    """The most frames the log says the learners reached: progress and checkpoint lines."""
-    saved = [int(m[2]) for m in map(_CHECKPOINT.match, log.splitlines()) if m]
-    return max([0, *progress_frames(log), *saved])
 
 
 def _actor_recoveries(
@@ -225,27 +198,22 @@ def _actor_recoveries(
     the learners' "done" line (whole seconds), else `ended`. Not run_local.py's exit, which
     comes up to its stop timeout later when an actor started again waits for a learner that
     has finished."""
-    done = _DONE.findall(run.log())
-    finished = _seconds_of_day(done[-1]) if done else _clock(ended)
+    done = logs.DONE.findall(run.log())
+    finished = logs.seconds_of_day(done[-1]) if done else logs.clock(ended)
     recoveries, silent = [], []
     for task, when in kills:
         acting = [
-            _seconds_of_day(line[:8])
-            for line in _read(os.path.join(run.run_dir, f"actor_{task}.log")).splitlines()
+            logs.seconds_of_day(line[:8])
+            for line in logs.read(os.path.join(run.run_dir, f"actor_{task}.log")).splitlines()
             if "acting for learner" in line and re.match(r"\d\d:\d\d:\d\d", line)
         ]
-        killed = _clock(when)
+        killed = logs.clock(when)
         after = [t - killed for t in acting if t - killed >= 0]
         if after:
             recoveries.append(min(after))
         else:
             silent.append(finished - killed)
     return recoveries, silent
-
-
-def _seconds_of_day(clock: str) -> int:
-    hours, minutes, seconds = (int(part) for part in clock.split(":"))
-    return 3600 * hours + 60 * minutes + seconds
 
 
 # Actor kills are spread over this share of the budget: the last one's restart (after at most
@@ -283,9 +251,9 @@ def inject(logdir: str, experiment: str) -> dict:
 
 
 def _figures(run, code, actor_kills, learner_kill, ended: float) -> dict:
-    output, log = _read(run.output_path), run.log()
+    output, log = logs.read(run.output_path), run.log()
     summaries = [
-        json.loads(_read(os.path.join(run.run_dir, f"learner_{rank}.json")) or "null")
+        json.loads(logs.read(os.path.join(run.run_dir, f"learner_{rank}.json")) or "null")
         for rank in range(FLAGS.num_learners)
     ]
     figures = {
@@ -307,56 +275,21 @@ def _figures(run, code, actor_kills, learner_kill, ended: float) -> dict:
     figures["actor_recovery_secs"], figures["actor_silent_until_end_secs"] = _actor_recoveries(
         run, actor_kills, ended
     )
-    resumed = _RESUMED.findall(log)
+    resumed = logs.RESUMED.findall(log)
     if learner_kill is not None and resumed:
         killed_at, frames_at_kill = learner_kill
         resumed_frames = int(resumed[-1][1])
         figures["frames_at_learner_kill"] = frames_at_kill
         figures["frames_resumed_from"] = resumed_frames
         figures["frames_lost"] = frames_at_kill - resumed_frames
-        before = progress_frames(log[: log.index(resumed[-1][0])])
-        figures["frames_per_save_interval"] = _rate_before_kill(log, before) * FLAGS.save_every_secs
-        figures["training_secs_lost"] = _secs_lost(log, resumed_frames, killed_at)
+        before = logs.progress_frames(log[: log.index(resumed[-1][0])])
+        figures["frames_per_save_interval"] = (
+            logs.rate_before_kill(log, before) * FLAGS.save_every_secs
+        )
+        figures["training_secs_lost"] = logs.secs_lost(log, resumed_frames, killed_at)
         figures["save_every_secs"] = FLAGS.save_every_secs
-        figures["learner_recovery_secs"] = _learner_recovery(log, killed_at)
+        figures["learner_recovery_secs"] = logs.learner_recovery(log, killed_at)
     return figures
-
-
-def _rate_before_kill(log: str, before: list[int]) -> float:
-    """Frames per second over the progress lines before the kill (their clock times)."""
-    clocks = [
-        _seconds_of_day(m[1]) for m in (_PROGRESS.match(line) for line in log.splitlines()) if m
-    ][: len(before)]
-    if len(before) < 2 or clocks[-1] == clocks[0]:
-        return float("nan")
-    return (before[-1] - before[0]) / (clocks[-1] - clocks[0])
-
-
-def _clock(monotonic: float) -> int:
-    """A monotonic time as the seconds of the day that log lines carry."""
-    wall = monotonic + time.time() - time.monotonic()
-    return _seconds_of_day(time.strftime("%H:%M:%S", time.localtime(wall)))
-
-
-def _secs_lost(log: str, resumed_frames: int, killed_at: float) -> int | None:
-    """Seconds of training between the checkpoint resumed from and the kill (whole seconds)."""
-    saved = [
-        _seconds_of_day(m[1])
-        for m in (_CHECKPOINT.match(line) for line in log.splitlines())
-        if m and int(m[2]) == resumed_frames
-    ]
-    return _clock(killed_at) - saved[-1] if saved else None
-
-
-def _learner_recovery(log: str, killed_at: float) -> float | None:
-    """Seconds from the kill to the restarted learners' first progress line."""
-    killed = _clock(killed_at)
-    after_resume = log[log.rindex("resumed from") :]
-    for line in after_resume.splitlines():
-        match = _PROGRESS.match(line)
-        if match:
-            return _seconds_of_day(match[1]) - killed
-    return None
 
 
 def report(figures: dict) -> None:
