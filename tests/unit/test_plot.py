@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 import plot
 from impala import curves
@@ -83,9 +84,8 @@ def run_cli(*args: str, module: bool = False, cwd=ROOT) -> subprocess.CompletedP
 
 def run_main(*args: str) -> int:
     """plot.main as app.run calls it: flags parsed from `args`, run folders left in argv."""
-    argv = plot.FLAGS(["plot.py", *args])
     try:
-        return plot.main(argv)
+        return plot.main(plot.FLAGS(["plot.py", *args]))
     finally:
         plot.FLAGS.unparse_flags()
 
@@ -134,10 +134,12 @@ def test_dpi_sets_the_pictures_size_and_refuses_what_no_one_can_draw(tmp_path):
 
     assert result.returncode == 0, result.stderr
     assert read_png(out).shape == (360, 960, 3)  # 12 x 4.5 inches at 80 dpi
-    for dpi in ("0", "601", "many"):
-        refused = run_cli(str(tmp_path / "pong"), f"--out={tmp_path / 'x.png'}", f"--dpi={dpi}")
-        assert refused.returncode != 0 and "--dpi" in refused.stderr, refused.stderr
-        assert not (tmp_path / "x.png").exists()
+    refused = run_cli(str(tmp_path / "pong"), f"--out={tmp_path / 'x.png'}", "--dpi=601")
+    assert refused.returncode != 0 and "--dpi" in refused.stderr, refused.stderr
+    for dpi in ("0", "many"):  # the same flag check, in this process
+        with pytest.raises(flags.IllegalFlagValueError, match="--dpi"):
+            run_main(str(tmp_path / "pong"), f"--out={tmp_path / 'x.png'}", f"--dpi={dpi}")
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_default_out_and_wall_time_fallback(tmp_path, monkeypatch, capsys):
@@ -291,7 +293,7 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
-def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window(tmp_path):
+def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window(tmp_path, capsys):
     write_events(
         tmp_path / "pong",
         steps=[100_000, 400_000, 600_000, 900_000, 1_700_000],
@@ -300,9 +302,8 @@ def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window
         lengths=[3000, 4000, 6000, 8000, 9500],
     )
     out = tmp_path / "pong.png"
-    result = run_cli(str(tmp_path / "pong"), f"--out={out}", "--window_frames=5e5")
-    assert result.returncode == 0, result.stderr
-    totals, windows = result.stdout.splitlines()
+    assert run_main(str(tmp_path / "pong"), f"--out={out}", "--window_frames=5e5") == 0
+    totals, windows = capsys.readouterr().out.splitlines()
     assert totals.startswith("pong: 5 episodes, ")
     # No game ended between 1M and 1.5M frames: that window is left out.
     assert windows == (
@@ -314,23 +315,31 @@ def test_window_frames_prints_the_mean_return_of_the_games_ending_in_each_window
     assert "flag --window_frames=-1" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_window_frames_leaves_out_lengths_a_run_did_not_write(tmp_path):
+def test_window_frames_leaves_out_lengths_a_run_did_not_write(tmp_path, capsys):
     write_events(tmp_path / "old", steps=[100_000, 600_000], returns=[-21.0, -19.0], lengths=())
-    result = run_cli(str(tmp_path / "old"), f"--out={tmp_path / 'old.png'}", "--window_frames=5e5")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1] == (
+    assert (
+        run_main(str(tmp_path / "old"), f"--out={tmp_path / 'old.png'}", "--window_frames=5e5") == 0
+    )
+    assert capsys.readouterr().out.splitlines()[1] == (
         "old: mean return of the games ending in each 0.5M frames from 0M: -21.0, 0.5M: -19.0"
     )
 
 
-def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_games(tmp_path):
+def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_games(
+    tmp_path, capsys
+):
     # Killed between a game's return and its length: the last game has no length.
     write_events(
         tmp_path / "cut", [100_000, 600_000, 700_000], [-21.0, -19.0, -17.0], lengths=[3000, 7000]
     )
-    result = run_cli(str(tmp_path / "cut"), f"--out={tmp_path / 'cut.png'}", "--window_frames=5e5")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1].endswith("from 0M: -21.0 (3.0k), 0.5M: -18.0 (7.0k)")
+    assert (
+        run_main(str(tmp_path / "cut"), f"--out={tmp_path / 'cut.png'}", "--window_frames=5e5") == 0
+    )
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[1]
+        .endswith("from 0M: -21.0 (3.0k), 0.5M: -18.0 (7.0k)")
+    )
     # Started by a version that wrote no lengths, resumed by one that does.
     write_events(tmp_path / "resumed", [100_000, 600_000], [-21.0, -19.0], lengths=())
     write_events(
@@ -340,12 +349,16 @@ def test_window_frames_pairs_the_lengths_a_cut_or_resumed_run_wrote_with_their_g
         lengths=[8000, 9000],
         resume_at=(650_000, 60.0),
     )
-    result = run_cli(
-        str(tmp_path / "resumed"), f"--out={tmp_path / 'resumed.png'}", "--window_frames=5e5"
+    assert (
+        run_main(
+            str(tmp_path / "resumed"), f"--out={tmp_path / 'resumed.png'}", "--window_frames=5e5"
+        )
+        == 0
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1].endswith(
-        "from 0M: -21.0 (-), 0.5M: -19.0 (-), 1M: -4.0 (8.5k)"
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[1]
+        .endswith("from 0M: -21.0 (-), 0.5M: -19.0 (-), 1M: -4.0 (8.5k)")
     )
 
 
