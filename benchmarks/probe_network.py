@@ -20,6 +20,7 @@ pooling; `init` with --agent_name, on frames of --level_name with --frame_skip a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -36,23 +37,46 @@ if TYPE_CHECKING:
     import networks
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("level_name", "PongNoFrameskip-v4", "`init`: the game whose frames are shown.")
-flags.DEFINE_string("agent_name", configs.DEFAULT_AGENT_NAME, "`init`: the network.")
-flags.DEFINE_integer("num_envs", 8, "Games played with random actions.", lower_bound=1)
-flags.DEFINE_integer("seed", 7, "Seeds the games, their actions and an `init` network.")
-flags.DEFINE_integer(
-    "frame_skip",
-    0,
-    "`init`, Atari: the frame skip of the frames shown (a run's --frame_skip); 0: the default, 4.",
-    lower_bound=0,
-)
-flags.DEFINE_enum(
-    "frame_pooling",
-    "max",
-    list(configs.FRAME_POOLING_CHOICES),
-    "`init`, Atari: the frame each step shows (a run's --frame_pooling): max, the maximum of its "
-    "last two frames; last, its last frame.",
-)
+
+
+def _define_flags() -> None:
+    # Defined only when run as a script: the tests import this module beside experiment.py,
+    # whose --level_name, --agent_name, --seed ... are other flags.
+    init = Init()
+    flags.DEFINE_string("level_name", init.level_name, "`init`: the game whose frames are shown.")
+    flags.DEFINE_string("agent_name", init.agent_name, "`init`: the network.")
+    flags.DEFINE_integer(
+        "num_envs", init.num_envs, "Games played with random actions.", lower_bound=1
+    )
+    flags.DEFINE_integer("seed", init.seed, "Seeds the games, their actions and an `init` network.")
+    flags.DEFINE_integer(
+        "frame_skip",
+        init.frame_skip,
+        "`init`, Atari: the frame skip of the frames shown (a run's --frame_skip); 0: the default, "
+        "4.",
+        lower_bound=0,
+    )
+    flags.DEFINE_enum(
+        "frame_pooling",
+        init.frame_pooling,
+        list(configs.FRAME_POOLING_CHOICES),
+        "`init`, Atari: the frame each step shows (a run's --frame_pooling): max, the maximum of "
+        "its last two frames; last, its last frame.",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Init:
+    """What `init` probes, the command's flags: a fresh `agent_name` network (seeded `seed`) on
+    frames of `num_envs` games of `level_name` with that frame skip and pooling. `num_envs` and
+    `seed` also set the games a checkpoint is shown."""
+
+    level_name: str = "PongNoFrameskip-v4"
+    agent_name: str = configs.DEFAULT_AGENT_NAME
+    num_envs: int = 8
+    seed: int = 7
+    frame_skip: int = 0
+    frame_pooling: str = "max"
 
 
 def frames(config: envs.EnvConfig) -> tuple[np.ndarray, int]:
@@ -94,10 +118,25 @@ def probe(agent: networks.FeedForwardAgent, observations: np.ndarray) -> dict[st
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         raise app.UsageError("give checkpoints (runs/<name>, or one of its checkpoints) or init")
+    init = Init(
+        FLAGS.level_name,
+        FLAGS.agent_name,
+        FLAGS.num_envs,
+        FLAGS.seed,
+        FLAGS.frame_skip,
+        FLAGS.frame_pooling,
+    )
+    return probe_all(argv[1:], init)
+
+
+def probe_all(paths: list[str], init: Init) -> int:
+    """Prints each path's figures (a checkpoint, or `init`); stops at the first that cannot be
+    probed with a one-line error. Returns the command's exit status: 0, 1 for a bad checkpoint,
+    2 for a bad flag for `init`."""
     shown: dict[tuple, tuple[np.ndarray, int]] = {}  # the frames of each game and frame skip
-    for path in argv[1:]:
+    for path in paths:
         try:
-            name, config, agent = _network(path)
+            name, config, agent = _network(path, init)
             # (A frame skip of 0 is the default 4: one key for both.)
             game = (
                 config.level_name,
@@ -115,9 +154,9 @@ def main(argv: list[str]) -> int:
             from impala import build
 
             if agent is None:
-                tf.random.set_seed(FLAGS.seed)
+                tf.random.set_seed(init.seed)
                 agent = build.agent_for(
-                    FLAGS.agent_name, num_actions, observations.shape[1:], observations.dtype
+                    init.agent_name, num_actions, observations.shape[1:], observations.dtype
                 )
             if not isinstance(agent, networks.FeedForwardAgent):
                 raise ValueError(f"{path}: {type(agent).__name__}: only feed-forward agents")
@@ -137,24 +176,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _network(path: str) -> tuple[str, envs.EnvConfig, networks.Agent | None]:
+def _network(path: str, init: Init) -> tuple[str, envs.EnvConfig, networks.Agent | None]:
     """The checkpoint `path` names, the games to show it and its restored network; for `init`,
     the flags' games and no network yet (built once the games tell the action count and the
     observation shape)."""
     if path == "init":
         config = envs.EnvConfig(
-            FLAGS.level_name,
-            num_envs=FLAGS.num_envs,
-            seed=FLAGS.seed,
-            frame_skip=FLAGS.frame_skip,
-            frame_pooling=FLAGS.frame_pooling,
+            init.level_name,
+            num_envs=init.num_envs,
+            seed=init.seed,
+            frame_skip=init.frame_skip,
+            frame_pooling=init.frame_pooling,
         )
         return path, config, None
     from impala.evaluation import restore
 
     checkpoint, identity, agent = checkpoint_tools.restore_checkpoint(path)
-    return checkpoint, restore.environment_config(identity, FLAGS.num_envs, FLAGS.seed), agent
+    return checkpoint, restore.environment_config(identity, init.num_envs, init.seed), agent
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

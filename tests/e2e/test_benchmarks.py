@@ -18,7 +18,13 @@ import tensorflow as tf
 from absl.testing import flagsaver
 
 import experiment
-from benchmarks import learning_configs, learning_figures, parity_probe, pong_points
+from benchmarks import (
+    learning_configs,
+    learning_figures,
+    parity_probe,
+    pong_points,
+    probe_network,
+)
 from impala import curves, evaluation, run_folder
 from impala import flags as experiment_flags
 from impala.learner import checkpoints
@@ -349,35 +355,31 @@ def test_probe_network_reports_a_fresh_network_and_refuses_a_missing_checkpoint(
     assert completed.returncode == 0, completed.stderr
     latest = run_dir / "checkpoints" / "ckpt-7"
     assert f"{latest} (impala/Catch-v0): ShallowConvNetAgent, features alive " in completed.stdout
-    # A network it cannot probe is a bad flag for `init`: one line, status 2.
-    for agent, message in [
-        ("ShallowLSTMAgent", "init: ShallowLSTMAgent: only feed-forward agents"),
-        ("Bogus", "Unknown --agent_name='Bogus'"),
-    ]:
-        completed = _run(
-            "--level_name=impala/Catch-v0", f"--agent_name={agent}", "init", script="probe_network"
-        )
-        assert completed.returncode == 2, completed.stderr
-        (error,) = completed.stderr.strip().splitlines()[-1:]
-        assert error.startswith(f"probe_network.py: error: {message}")
-        assert "Traceback" not in completed.stderr
-    # `init`'s frames are played with --frame_skip, an Atari setting only.
-    completed = _run(
-        "--level_name=impala/Catch-v0", "--frame_skip=3", "init", script="probe_network"
-    )
-    assert completed.returncode == 2
-    (error,) = completed.stderr.strip().splitlines()[-1:]
-    assert error.startswith("probe_network.py: error: --frame_skip=3: the frame skip is an Atari")
+    # A flag the command refuses before it loads anything: one line.
     completed = _run("--frame_skip=-1", "init", script="probe_network")
     assert completed.returncode != 0
     assert "flag --frame_skip=-1: -1 is not a non-negative integer" in completed.stderr
     assert "Traceback" not in completed.stderr
-    completed = _run(
-        "--level_name=impala/Catch-v0", "--frame_pooling=last", "init", script="probe_network"
-    )
-    assert completed.returncode == 2
-    (error,) = completed.stderr.strip().splitlines()[-1:]
-    assert error.startswith("probe_network.py: error: --frame_pooling=last: frame pooling is an")
+
+
+@pytest.mark.parametrize(
+    "init, message",
+    [
+        # A network it cannot probe is a bad flag for `init`: one line, status 2.
+        ({"agent_name": "ShallowLSTMAgent"}, "init: ShallowLSTMAgent: only feed-forward agents"),
+        ({"agent_name": "Bogus"}, "Unknown --agent_name='Bogus'"),
+        # `init`'s frames are played with --frame_skip and --frame_pooling, Atari settings only.
+        ({"frame_skip": 3}, "--frame_skip=3: the frame skip is an Atari"),
+        ({"frame_pooling": "last"}, "--frame_pooling=last: frame pooling is an"),
+    ],
+)
+def test_probe_network_refuses_an_init_it_cannot_probe_in_one_line(capsys, init, message):
+    """In this process, through the command's own function (the command line's refusals are
+    in the test above)."""
+    settings = probe_network.Init(level_name="impala/Catch-v0", num_envs=1, **init)
+    assert probe_network.probe_all(["init"], settings) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith(f"probe_network.py: error: {message}"), error
 
 
 def test_probe_network_shows_each_checkpoint_the_frames_of_its_own_pooling(tmp_path):
