@@ -44,13 +44,11 @@ a run, and the two ceilings show by how much.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from typing import TYPE_CHECKING
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # the stages compute as experiment.py's roles
@@ -60,13 +58,10 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 from benchmarks import learning_figures
+from benchmarks.ceiling import Stages, fresh_fraction
 from impala import configs, progress
-from impala.configs import replay as replay_config
 from impala.curves import events
 from impala.launch import planning
-
-if TYPE_CHECKING:
-    from benchmarks.stages import Stage
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make train).")
@@ -80,35 +75,6 @@ flags.DEFINE_float("seconds", 10.0, "How long each stage is measured.")
 flags.DEFINE_float("e2e_frames", 600_000, "Frame budget of the end-to-end run.")
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@dataclasses.dataclass(frozen=True)
-class Stages:
-    """The three stages, each measured alone."""
-
-    env: Stage
-    inference: Stage
-    train: Stage
-
-    def ceiling_fresh(self, fresh: float = 1.0) -> float:
-        """Agent steps/s of a pipeline doing the three one after another, when a `fresh`
-        fraction of each batch is new experience (the rest replayed)."""
-        rates = (self.env, self.inference, self.train)
-        return 1.0 / sum(
-            1.0 / (stage.steps_per_second * (fresh if stage is self.train else 1.0))
-            for stage in rates
-        )
-
-
-def fresh_fraction(batch_size: int) -> float:
-    """The share of a batch the actors' new trajectories make: 1, or with
-    --replay_parameters the queue's share (`impala.configs.replay.batch_shares`)."""
-    replays = replay_config.parse(FLAGS.replay_parameters)
-    if not replays:
-        return 1.0
-    shares = replay_config.batch_shares(replays, batch_size)
-    (fresh,) = [s for r, s in zip(replays, shares, strict=True) if r.type == "queue"]
-    return fresh / batch_size
 
 
 def measure_stages(config: configs.LearnerConfig, agent=None) -> tuple[Stages, object, int]:
@@ -210,7 +176,7 @@ def main(argv):
     summary = measure_end_to_end(FLAGS.e2e_frames)
     after, _, _ = measure_stages(config, agent)
     e2e = summary["frames_per_second_steady"] / frames_per_step
-    fresh = fresh_fraction(config.batch_size)
+    fresh = fresh_fraction(FLAGS.replay_parameters, config.batch_size)
     ceilings = [before.ceiling_fresh(fresh), after.ceiling_fresh(fresh)]
     ceiling = float(np.mean(ceilings))
 

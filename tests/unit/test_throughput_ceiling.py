@@ -1,21 +1,19 @@
-"""benchmarks.throughput: the ceiling counts a replay mix's fresh share of each batch."""
+"""benchmarks.ceiling (make bench's ceiling): it counts a replay mix's fresh share of each
+batch."""
 
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
-from benchmarks import throughput
+from benchmarks.ceiling import Stages, fresh_fraction
 from benchmarks.stages import Stage
 
-FLAGS = flags.FLAGS
 MIX = (
     '[{"type": "queue", "capacity": 1, "sample_ratio": 0.25},'
     ' {"type": "standard", "capacity": 100, "sample_ratio": 0.75}]'
 )
 
 
-def _stages(env: float, inference: float, train: float) -> throughput.Stages:
-    return throughput.Stages(*(Stage(rate, 0.0) for rate in (env, inference, train)))
+def _stages(env: float, inference: float, train: float) -> Stages:
+    return Stages(*(Stage(rate, 0.0) for rate in (env, inference, train)))
 
 
 def test_the_ceiling_without_replay_is_the_three_stages_one_after_another():
@@ -30,11 +28,7 @@ def test_a_replay_mix_trains_each_new_frame_as_often_as_the_batch_is_larger():
 
 
 def test_the_fresh_fraction_is_the_queue_s_share_of_the_batch():
-    with flagsaver.flagsaver():
-        FLAGS.unparse_flags()
-        FLAGS(["throughput.py"])
-        assert throughput.fresh_fraction(16) == 1.0
-        FLAGS(["throughput.py", f"--replay_parameters={MIX}"])
-        assert throughput.fresh_fraction(16) == 4 / 16
-        # 0.25 x 10 = 2.5 trajectories: the queue's remainder ties the replay's and wins it.
-        assert throughput.fresh_fraction(10) == 3 / 10
+    assert fresh_fraction("", 16) == 1.0
+    assert fresh_fraction(MIX, 16) == 4 / 16
+    # 0.25 x 10 = 2.5 trajectories: the queue's remainder ties the replay's and wins it.
+    assert fresh_fraction(MIX, 10) == 3 / 10
