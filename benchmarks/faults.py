@@ -31,7 +31,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import fault_logs as logs
+from benchmarks import fault_logs
 from impala import run_folder
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,10 +132,10 @@ class _Run:
         )
 
     def log(self) -> str:
-        return logs.read(os.path.join(self.run_dir, "learners.log"))
+        return fault_logs.read(os.path.join(self.run_dir, "learners.log"))
 
     def frames_done(self) -> int:
-        counts = logs.progress_frames(self.log())
+        counts = fault_logs.progress_frames(self.log())
         return counts[-1] if counts else 0
 
     def running(self) -> bool:
@@ -179,14 +179,14 @@ def _kill_an_actor(run: _Run, rng: random.Random) -> tuple[int, float] | None:
 def _kill_the_learner(run: _Run) -> tuple[float, int] | None:
     """SIGKILLs learner rank `--learner_rank` right after a progress line; returns (time,
     frames of that line) or None if it is not running."""
-    lines = len(logs.progress_frames(run.log()))
+    lines = len(fault_logs.progress_frames(run.log()))
     deadline = time.monotonic() + 30
-    while len(logs.progress_frames(run.log())) == lines and time.monotonic() < deadline:
+    while len(fault_logs.progress_frames(run.log())) == lines and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in _processes(run.experiment, "learner"):
         if _rank(pid) == FLAGS.learner_rank:
             os.kill(pid, signal.SIGKILL)
-            return time.monotonic(), logs.frames_logged(run.log())
+            return time.monotonic(), fault_logs.frames_logged(run.log())
     return None
 
 
@@ -198,16 +198,16 @@ def _actor_recoveries(
     the learners' "done" line (whole seconds), else `ended`. Not run_local.py's exit, which
     comes up to its stop timeout later when an actor started again waits for a learner that
     has finished."""
-    done = logs.DONE.findall(run.log())
-    finished = logs.seconds_of_day(done[-1]) if done else logs.clock(ended)
+    done = fault_logs.DONE.findall(run.log())
+    finished = fault_logs.seconds_of_day(done[-1]) if done else fault_logs.clock(ended)
     recoveries, silent = [], []
     for task, when in kills:
         acting = [
-            logs.seconds_of_day(line[:8])
-            for line in logs.read(os.path.join(run.run_dir, f"actor_{task}.log")).splitlines()
+            fault_logs.seconds_of_day(line[:8])
+            for line in fault_logs.read(os.path.join(run.run_dir, f"actor_{task}.log")).splitlines()
             if "acting for learner" in line and re.match(r"\d\d:\d\d:\d\d", line)
         ]
-        killed = logs.clock(when)
+        killed = fault_logs.clock(when)
         after = [t - killed for t in acting if t - killed >= 0]
         if after:
             recoveries.append(min(after))
@@ -251,9 +251,9 @@ def inject(logdir: str, experiment: str) -> dict:
 
 
 def _figures(run, code, actor_kills, learner_kill, ended: float) -> dict:
-    output, log = logs.read(run.output_path), run.log()
+    output, log = fault_logs.read(run.output_path), run.log()
     summaries = [
-        json.loads(logs.read(os.path.join(run.run_dir, f"learner_{rank}.json")) or "null")
+        json.loads(fault_logs.read(os.path.join(run.run_dir, f"learner_{rank}.json")) or "null")
         for rank in range(FLAGS.num_learners)
     ]
     figures = {
@@ -275,20 +275,20 @@ def _figures(run, code, actor_kills, learner_kill, ended: float) -> dict:
     figures["actor_recovery_secs"], figures["actor_silent_until_end_secs"] = _actor_recoveries(
         run, actor_kills, ended
     )
-    resumed = logs.RESUMED.findall(log)
+    resumed = fault_logs.RESUMED.findall(log)
     if learner_kill is not None and resumed:
         killed_at, frames_at_kill = learner_kill
         resumed_frames = int(resumed[-1][1])
         figures["frames_at_learner_kill"] = frames_at_kill
         figures["frames_resumed_from"] = resumed_frames
         figures["frames_lost"] = frames_at_kill - resumed_frames
-        before = logs.progress_frames(log[: log.index(resumed[-1][0])])
+        before = fault_logs.progress_frames(log[: log.index(resumed[-1][0])])
         figures["frames_per_save_interval"] = (
-            logs.rate_before_kill(log, before) * FLAGS.save_every_secs
+            fault_logs.rate_before_kill(log, before) * FLAGS.save_every_secs
         )
-        figures["training_secs_lost"] = logs.secs_lost(log, resumed_frames, killed_at)
+        figures["training_secs_lost"] = fault_logs.secs_lost(log, resumed_frames, killed_at)
         figures["save_every_secs"] = FLAGS.save_every_secs
-        figures["learner_recovery_secs"] = logs.learner_recovery(log, killed_at)
+        figures["learner_recovery_secs"] = fault_logs.learner_recovery(log, killed_at)
     return figures
 
 

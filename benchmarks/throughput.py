@@ -12,13 +12,13 @@ Prints, in agent steps/s and emulator frames/s:
   env        one actor's vector of environments stepped with random actions;
   inference  the policy on one actor's batch of observations;
   train      the learner on a [T + 1, B] batch: its --batch_reuse passes of
-             --num_batches_per_epoch optimisation steps each, in
-             agent steps of new experience consumed per second;
+             --num_batches_per_epoch optimisation steps each, in agent steps of the batch
+             consumed per second; with --replay_parameters also in new experience (the
+             queue's share of the batch: a 50/50 mix trains twice the steps per new frame);
   ceiling    what a pipeline doing the three one after another on this machine could reach,
-             1 / (1/env + 1/inference + 1/train): the compute-bound ceiling; with
-             --replay_parameters the train stage counts the batch's fresh share only
-             (a 50/50 mix trains twice the steps per new frame), and the time an elite
-             replay spends encoding its candidates again is left out of it;
+             1 / (1/env + 1/inference + 1/train), train in new experience: the
+             compute-bound ceiling (an elite replay's encoding of its candidates is left
+             out of it);
   end-to-end the real system (run_local.py: learner and actor processes, gRPC, queues),
              steady state after start-up (all learners' frames), and its fraction of the
              ceiling, which is one learner's: with several learners on this machine they
@@ -58,7 +58,7 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 from benchmarks import learning_figures
-from benchmarks.ceiling import Stages, fresh_fraction
+from benchmarks.ceiling import Stages, fresh_fraction, per_batch
 from impala import configs, progress
 from impala.curves import events
 from impala.launch import planning
@@ -196,6 +196,12 @@ def main(argv):
         ("train step", "train"),
     ):
         row(name, getattr(before, field).steps_per_second, getattr(after, field).steps_per_second)
+    if fresh < 1:
+        row(
+            f"train step, fresh {fresh:.0%}",
+            before.train.steps_per_second * fresh,
+            after.train.steps_per_second * fresh,
+        )
     row("ceiling 1/(sum of 1/x)", *ceilings)
     row("end to end (steady)", e2e)
     print(
@@ -220,21 +226,24 @@ def main(argv):
     print(f"  policy lag end to end     {lag_text(summary)}")
     for task, split in enumerate(summary["actor_time"]):
         print(f"  actor {task} end to end        {split}")
-    # The actors play a batch's fresh trajectories only; the learner trains on all of it.
-    fresh_steps = batch_steps * fresh
-    stages = {
-        "train": mean("train", "cpu_per_step") * batch_steps,
-        "play": (mean("env", "cpu_per_step") + mean("inference", "cpu_per_step")) * fresh_steps,
-    }
+    batch = per_batch(
+        config.unroll_length,
+        config.batch_size,
+        fresh,
+        FLAGS.num_envs_per_actor,
+        e2e,
+        mean("train", "cpu_per_step"),
+        mean("env", "cpu_per_step") + mean("inference", "cpu_per_step"),
+    )
     learner_cpu = (
         summary["steady_cpu_secs"] / summary["steady_steps"] if summary["steady_steps"] else None
     )
     cpu = progress.cpu_line(
         learner_cpu,
         summary["actor_time"],
-        config.batch_size * fresh / FLAGS.num_envs_per_actor,
-        stages,
-        fresh_steps / e2e,
+        batch.unrolls,
+        batch.stage_cpu,
+        batch.seconds,
         os.cpu_count() or 1,
     )
     print(f"  CPU seconds per batch     {cpu}")

@@ -17,7 +17,7 @@ half-written MP4 under a final name.
 
 The package: `restore` finds, checks and restores the checkpoint; `play` plays the games;
 `video` writes them as MP4s; here are the result and `run`, which joins them. The options,
-`EvalConfig`, are in `impala/configs/roles.py`, with every setting.
+`EvalConfig`, are in `impala/configs/evaluation.py`.
 """
 
 from __future__ import annotations

@@ -444,9 +444,8 @@ def test_plot_refuses_a_damaged_or_foreign_event_file_in_one_line(tmp_path, caps
         line = _one_line_error(result, "plot.py: error: ")
         assert result.returncode == 2
     else:  # the others in this process, through the command's main
-        argv = plot.FLAGS(["plot.py", str(run_dir), f"--out={out}"])
         try:
-            assert plot.main(argv) == 2
+            assert plot.main(plot.FLAGS(["plot.py", str(run_dir), f"--out={out}"])) == 2
         finally:
             plot.FLAGS.unparse_flags()
         (line,) = capsys.readouterr().err.splitlines()

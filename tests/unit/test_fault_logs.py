@@ -1,6 +1,7 @@
 """benchmarks.fault_logs: the fault-injection figures read from a learners' log."""
 
 import math
+import time
 
 from benchmarks import fault_logs
 
@@ -42,7 +43,5 @@ def test_seconds_lost_and_recovery_are_counted_from_the_kill(monkeypatch):
 
 
 def test_a_monotonic_time_reads_as_the_clock_now():
-    import time
-
     now = fault_logs.seconds_of_day(time.strftime("%H:%M:%S"))
     assert fault_logs.clock(time.monotonic()) - now in (0, 1, -86_399)

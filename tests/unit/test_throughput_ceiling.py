@@ -3,7 +3,7 @@ batch."""
 
 import pytest
 
-from benchmarks.ceiling import Stages, fresh_fraction
+from benchmarks.ceiling import Stages, fresh_fraction, per_batch
 from benchmarks.stages import Stage
 
 MIX = (
@@ -32,3 +32,15 @@ def test_the_fresh_fraction_is_the_queue_s_share_of_the_batch():
     assert fresh_fraction(MIX, 16) == 4 / 16
     # 0.25 x 10 = 2.5 trajectories: the queue's remainder ties the replay's and wins it.
     assert fresh_fraction(MIX, 10) == 3 / 10
+
+
+def test_a_batch_of_a_mix_costs_the_actors_its_fresh_trajectories_only():
+    # Batches of 16 x 20 steps, half fresh, at 400 fresh agent steps/s end to end; actors of 16
+    # environments. The learner trains on all 320 steps; the actors played 160 of them, half
+    # an unroll; the 160 fresh steps took 0.4 s.
+    batch = per_batch(20, 16, 0.5, 16, 400.0, train_cpu_per_step=0.002, play_cpu_per_step=0.001)
+    assert batch.stage_cpu == pytest.approx({"train": 0.64, "play": 0.16})
+    assert batch.unrolls == 0.5 and batch.seconds == pytest.approx(0.4)
+    # Without replay: the whole batch is fresh.
+    whole = per_batch(20, 16, 1.0, 16, 400.0, train_cpu_per_step=0.002, play_cpu_per_step=0.001)
+    assert whole.stage_cpu["play"] == pytest.approx(0.32) and whole.seconds == pytest.approx(0.8)
