@@ -37,6 +37,7 @@ from impala.transport import (
     UnrollSpec,
     wire,
 )
+from impala.transport import client as client_module
 from impala.transport.roster import ROOM_ASKING_SECS
 from impala.transport.serving import check_listening_address
 
@@ -417,18 +418,26 @@ def test_a_chunk_that_meets_a_full_store_is_refused_before_it_is_decoded():
         assert service.queue_size == 2
 
 
-def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
+def test_an_actor_that_waits_long_for_room_asks_less_often(make_service, monkeypatch):
     # Each `room` call costs both sides CPU. An actor pauses between calls for up to a tenth of
     # how long it has waited so far or typically waits, rather than every 20 ms (about 100
-    # calls in 2 s), and still hears of room soon after it opens.
+    # calls in 2 s), and still hears of room soon after it opens. The pauses are the client's
+    # own (recorded as it sleeps), not call counts, which a busy machine changes.
+    pauses = []
+    recording = types.SimpleNamespace(
+        monotonic=time.monotonic, sleep=lambda secs: (pauses.append(secs), time.sleep(secs))
+    )
+    monkeypatch.setattr(client_module, "time", recording)
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec, queue_capacity=2)
     rng = np.random.default_rng(5)
     client = _client(address, spec)
     client.send(_unroll(spec, 2, rng))  # fills the queue
-    calls, heard = [], []
+    calls, heard, waits, typical = [], [], [], []
     for _ in range(3):
         before = client.room_calls
+        typical.append(client._typical_room_wait_secs)
+        del pauses[:]
         sending = _Thread(client.send, _unroll(spec, 2, rng))
         time.sleep(2.0)
         assert sending.is_alive(), "send returned although the queue was full"
@@ -438,10 +447,16 @@ def test_an_actor_that_waits_long_for_room_asks_less_often(make_service):
         assert sending.error is None
         calls.append(client.room_calls - before)
         heard.append(time.monotonic() - room_at)
-    # The first wait: pauses of 2 to 16 ms, 20 ms to 0.2 s waited, then a tenth of the time
-    # waited: about 40 calls. Later ones start from a tenth of the typical wait: fewer.
+        waits.append(list(pauses))
+    # Every wait's pauses start at 2 ms and double; none is longer than 0.2 s.
+    for wait in waits:
+        assert wait[:4] == [0.002, 0.004, 0.008, 0.016] and max(wait) <= 0.2, wait
+    # The first wait: from 20 ms, a tenth of the time waited: about 40 calls in 2 s.
     assert calls[0] < 60, calls
-    assert calls[2] < calls[0], calls
+    # Two waits of 2 s later, the typical wait is over 0.7 s: from its seventh call on, the
+    # third wait pauses at least a tenth of that between calls.
+    assert typical[2] > 0.7, typical
+    assert min(waits[2][6:]) >= min(0.2, typical[2] / 10), (typical[2], waits[2])
     assert max(heard) < 1.0, f"room heard of {max(heard):.2f} s after it opened"
     assert service.queue_size == 2
 
