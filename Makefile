@@ -2,7 +2,7 @@
 #   make train   set up (first time only) and train on Pong: 1 learner and 2 actor processes
 #   make test    set up (first time only), lint and run the whole test suite
 # Everything else is a convenience. Set-up is scripts/setup.sh; it reruns only when
-# requirements.txt or the script changed, or .venv is gone.
+# requirements.txt, the script or its Horovod patch changed, or .venv is gone.
 
 SHELL := /bin/bash
 VENV := .venv
@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt scripts/setup.sh
+$(STAMP): requirements.txt scripts/setup.sh scripts/horovod-cycles.patch
 	bash scripts/setup.sh
 	touch $@
 

@@ -2,8 +2,9 @@
 # One-command set-up of everything the project needs on a Debian 12 machine:
 #   1. Debian packages (Open MPI, tmux, SSH, a C++ toolchain and CMake for Horovod);
 #   2. a virtual environment in .venv with the exact stack from requirements.txt;
-#   3. Horovod compiled against that TensorFlow with MPI support, the wheel cached outside the
-#      clone (keyed by every version that affects the binary) so later set-ups skip the compile;
+#   3. Horovod compiled against that TensorFlow with MPI support, from its source distribution
+#      with scripts/horovod-cycles.patch applied, the wheel cached outside the clone (keyed by
+#      every version that affects the binary, and the patch) so later set-ups skip the compile;
 #   4. a check that Horovod really has TensorFlow and MPI support, failing loudly if not.
 # Idempotent and quick when already done: the Makefile only calls it when requirements.txt or
 # this script changed, or .venv is missing.
@@ -25,8 +26,10 @@ CACHE_DIR=${IMPALA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/impala-horovod}
 TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu}
 # libnss-wrapper: the Docker image's entry point names a uid the image does not know with it.
 # iproute2: `ip` and `tc`, with which benchmarks/scaling.py (and its test) shape a link.
+# patch: applies scripts/horovod-cycles.patch to Horovod's source before it is compiled.
 APT_PACKAGES=(build-essential cmake openmpi-bin libopenmpi-dev tmux openssh-client openssh-server
-              procps libnss-wrapper iproute2)
+              procps libnss-wrapper iproute2 patch)
+HOROVOD_PATCH=$ROOT/scripts/horovod-cycles.patch
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -88,31 +91,46 @@ install_python_packages() {
 }
 
 horovod_wheel() {  # builds (or finds) the cached Horovod wheel and prints its path
-  local hvd tf pytag mpi key dir
+  local hvd tf pytag mpi patched key dir
   hvd=$(pin_of horovod)
   tf=$(pin_of tensorflow-cpu)
   pytag=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
   mpi=$(mpirun --version 2>/dev/null | head -n1 | grep -oE '[0-9]+(\.[0-9]+)+' | head -n1)
   [[ -n $mpi ]] || die "mpirun not found or unreadable: Open MPI (openmpi-bin) is required"
-  key="horovod-$hvd-tf$tf-$TF_PACKAGE-$pytag-$(uname -m)-openmpi$mpi"
+  patched=$(sha256sum "$HOROVOD_PATCH" | cut -c1-12)
+  key="horovod-$hvd-tf$tf-$TF_PACKAGE-$pytag-$(uname -m)-openmpi$mpi-patch$patched"
   key=${key//[^A-Za-z0-9._-]/_}
   dir=$CACHE_DIR/$key
   if ! compgen -G "$dir/horovod-*.whl" >/dev/null; then
     say "building Horovod $hvd against TensorFlow $tf with MPI (takes ~5 minutes on 2 cores)"
     mkdir -p "$CACHE_DIR"
-    local tmp log
+    local tmp log src
     tmp=$(mktemp -d "$CACHE_DIR/.build.XXXXXX")
     log=$CACHE_DIR/$key.build.log
+    # The source distribution, patched (the patch file says what it changes and why).
+    if ! "$PY" -m pip download --disable-pip-version-check --no-deps --no-binary :all: \
+        --no-cache-dir -d "$tmp/sdist" "horovod==$hvd" >"$log" 2>&1; then
+      rm -rf "$tmp"
+      tail -n 30 "$log" >&2
+      die "could not download Horovod $hvd's source; full log: $log"
+    fi
+    tar -xzf "$tmp"/sdist/horovod-"$hvd".tar.gz -C "$tmp"
+    src=$tmp/horovod-$hvd
+    if ! patch -p1 --forward --silent -d "$src" <"$HOROVOD_PATCH" >>"$log" 2>&1; then
+      rm -rf "$tmp"
+      die "scripts/horovod-cycles.patch does not apply to Horovod $hvd; full log: $log"
+    fi
     # CMAKE_POLICY_VERSION_MINIMUM lets a CMake 4 build Horovod's bundled gloo (harmless on 3.25).
     if ! HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
         HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 \
         MAKEFLAGS="-j$(nproc)" \
         "$PY" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps \
-        --no-cache-dir -w "$tmp" "horovod==$hvd" >"$log" 2>&1; then
+        --no-cache-dir -w "$tmp" "$src" >>"$log" 2>&1; then
       rm -rf "$tmp"
       grep -v "^WARNING: Location" "$log" | tail -n 30 >&2
       die "Horovod build failed; full log: $log"
     fi
+    rm -rf "$tmp/sdist" "$src"
     # Move into place only when complete, so an interrupted build never looks cached.
     rm -rf "$dir"
     mv "$tmp" "$dir"
@@ -120,14 +138,13 @@ horovod_wheel() {  # builds (or finds) the cached Horovod wheel and prints its p
   compgen -G "$dir/horovod-*.whl" | head -n1
 }
 
-install_horovod() {
-  local want have wheel
-  want=$(pin_of horovod)
-  have=$("$PY" -m pip show horovod 2>/dev/null | sed -n 's/^Version: //p' || true)
-  if [[ $have == "$want" ]] && check_horovod quiet; then return; fi
+install_horovod() {  # the cached wheel of this stack and patch, unless .venv already has it
+  local wheel built=$VENV/.horovod-wheel
   wheel=$(horovod_wheel)
-  say "installing $(basename "$wheel")"
+  if [[ -f $built && $(<"$built") == "$wheel" ]] && check_horovod quiet; then return; fi
+  say "installing $(basename "$(dirname "$wheel")")"
   pip_quietly install --no-deps --force-reinstall "$wheel"
+  printf '%s' "$wheel" >"$built"
 }
 
 check_horovod() {  # fails, naming the missing piece, unless Horovod has TensorFlow and MPI

@@ -56,7 +56,7 @@ def test_the_image_installs_the_stack_with_the_set_up_script_before_copying_the_
     # that a change to the code reuses the installed stack.
     assert [steps[i][1] for i in copies] == [
         "requirements.txt ./",
-        "scripts/setup.sh scripts/",
+        "scripts/setup.sh scripts/horovod-cycles.patch scripts/",
         ". .",
     ]
     assert copies[1] < setup[0] < copies[2]
