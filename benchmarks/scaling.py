@@ -98,6 +98,12 @@ from benchmarks.scaling_ranks import Ranks, ranks_command, write_launch_agent
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rates", ["1gbit", "10gbit"], "Link rates to hold the pair to (tc's spelling).")
 flags.DEFINE_list("compression", ["none", "fp16"], "Horovod compressions to measure: none, fp16.")
+flags.DEFINE_list(
+    "train_compression",
+    [],
+    "Compressions the ranks train with (a subset of --compression); default: each of "
+    "--compression.",
+)
 flags.DEFINE_integer("repeats", 50, "Timed all-reduces per link and compression.", lower_bound=1)
 flags.DEFINE_integer("warmup", 5, "Untimed all-reduces before them.", lower_bound=1)
 flags.DEFINE_integer(
@@ -154,8 +160,8 @@ def _fail(message: str, status: int = 1):
     sys.exit(status)
 
 
-def checked_flags() -> tuple[list[str], list[str]]:
-    """--rates and --compression, checked; ValueError in one line."""
+def checked_flags() -> tuple[list[str], list[str], list[str]]:
+    """--rates, --compression and --train_compression, checked; ValueError in one line."""
     rates = [rate.strip().lower() for rate in FLAGS.rates if rate.strip()]
     for rate in rates:
         try:
@@ -170,7 +176,15 @@ def checked_flags() -> tuple[list[str], list[str]]:
         raise ValueError(
             f"--compression: {','.join(wrong) or 'nothing'} is not one of {', '.join(COMPRESSIONS)}"
         )
-    return rates, list(dict.fromkeys(compressions))
+    compressions = list(dict.fromkeys(compressions))
+    trained = [name.strip().lower() for name in FLAGS.train_compression if name.strip()]
+    wrong = [name for name in trained if name not in compressions]
+    if wrong:
+        raise ValueError(
+            f"--train_compression: {','.join(wrong)} is not one of --compression's "
+            f"({', '.join(compressions)})"
+        )
+    return rates, compressions, list(dict.fromkeys(trained)) or compressions
 
 
 def checked_mca() -> dict[str, str]:
@@ -208,7 +222,11 @@ def measure_step(seconds: float) -> StepCompute:
 
 
 def measure_links(
-    link: scaling_link.Link, rates: list[str], compressions: list[str], folder: str
+    link: scaling_link.Link,
+    rates: list[str],
+    compressions: list[str],
+    trained: list[str],
+    folder: str,
 ) -> tuple[dict, dict]:
     """The ranks' description of the network, and their measurements per link set-up."""
     agent = write_launch_agent(link, folder)
@@ -221,6 +239,7 @@ def measure_links(
             compressions,
             checked_mca(),
             FLAGS.train_batches,
+            trained,
         )
     )
     try:
@@ -246,7 +265,7 @@ def measure_links(
 # --- the report --------------------------------------------------------------------------------
 
 
-def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], compressions):
+def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], compressions, trained):
     elements = ready["elements"]
     print(
         f"\n{ready['level']}, {ready['agent']}: {elements:,} trainable floats in "
@@ -263,14 +282,14 @@ def report(ready: dict, measured: dict, step: StepCompute, rates: list[str], com
     ]
     lines = [*table_lines(fits, step), "", *model_lines(ready, compressions), ""]
     lines += gap_lines(fits, step)
-    trained = train_lines(measured, rates, compressions)
-    print("\n".join([*lines, *(["", *trained] if trained else [])]), flush=True)
+    training = train_lines(measured, rates, trained)
+    print("\n".join([*lines, *(["", *training] if training else [])]), flush=True)
 
 
 # --- the run -----------------------------------------------------------------------------------
 
 
-def run(rates: list[str], compressions: list[str]) -> int:
+def run(rates: list[str], compressions: list[str], trained: list[str]) -> int:
     started = datetime.datetime.now(datetime.UTC)
     load = os.getloadavg()
     print(
@@ -287,7 +306,7 @@ def run(rates: list[str], compressions: list[str]) -> int:
     try:
         print(f"  making {link.namespaces[0]} and {link.namespaces[1]} ...", flush=True)
         scaling_link.set_up(link)
-        ready, measured = measure_links(link, rates, compressions, folder)
+        ready, measured = measure_links(link, rates, compressions, trained, folder)
     finally:
         # A second signal must not stop the clean-up half way.
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -299,7 +318,7 @@ def run(rates: list[str], compressions: list[str]) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, _stop)
     print(f"  removed {link.namespaces[0]} and {link.namespaces[1]}", flush=True)
-    report(ready, measured, step, rates, compressions)
+    report(ready, measured, step, rates, compressions, trained)
     return 0
 
 
@@ -307,7 +326,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         _fail(f"unexpected arguments: {' '.join(argv[1:])}", status=2)
     try:
-        rates, compressions = checked_flags()
+        rates, compressions, trained = checked_flags()
         checked_mca()
     except ValueError as error:
         _fail(str(error), status=2)
@@ -317,7 +336,7 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
     try:
-        return run(rates, compressions)
+        return run(rates, compressions, trained)
     except StoppedError as stopped:
         left = set(scaling_link.Link.for_pid(os.getpid()).namespaces)
         gone = not left & scaling_link.namespaces_present()

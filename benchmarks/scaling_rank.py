@@ -1,6 +1,7 @@
 """One Horovod rank of `benchmarks.scaling`, started by its mpirun inside a network namespace.
 
-    python -m benchmarks.scaling_rank WARMUP REPEATS COMPRESSIONS TRAIN_BATCHES TAG
+    python -m benchmarks.scaling_rank WARMUP REPEATS COMPRESSIONS TRAIN_BATCHES
+        TRAIN_COMPRESSIONS TAG
 
 Each rank builds the network the learner trains (`start.build_agent` on the default
 `LearnerJobConfig`: Pong, the default agent) and all-reduces float32 tensors of exactly its
@@ -15,7 +16,8 @@ untimed calls, REPEATS calls of: the gradient set with each compression of COMPR
 (comma-separated: none, fp16), then the vote; then, unless TRAIN_BATCHES is 0, the learner's
 own `Trainer` under each gradient scheme (`--grad_workers_communication`: synchronous, the
 gradients all-reduced as the tape takes them, and asynchronous, each step's all-reduced during
-the next step's computation) with each compression, TRAIN_BATCHES batches after one untimed,
+the next step's computation) with each compression of TRAIN_COMPRESSIONS (a subset of
+COMPRESSIONS), TRAIN_BATCHES batches after one untimed,
 on a batch of random frames as `make bench`'s train stage; on the shaped links only, not the
 measurement named `unshaped`. Rank 0 prints one line per measurement,
 `SCALING {json}`: the seconds of each call, and the bytes its namespace's interfaces sent and
@@ -118,7 +120,7 @@ def measure(tensors, reducers, vote, warmup: int, repeats: int, training) -> dic
 
 def main(argv: list[str]) -> int:
     warmup, repeats, compressions = int(argv[1]), int(argv[2]), argv[3].split(",")
-    train_batches = int(argv[4])
+    train_batches, train_compressions = int(argv[4]), argv[5].split(",")
     topology = allreduce.init()
     job = configs.LearnerJobConfig()
     env_info, agent = start.build_agent(job)
@@ -134,7 +136,7 @@ def main(argv: list[str]) -> int:
         batch = stages.train_batch(
             agent, env_info.observation_shape, env_info.observation_dtype, job.learner
         )
-        built = trainers(agent, job.learner, compressions, topology.rank)
+        built = trainers(agent, job.learner, train_compressions, topology.rank)
         training = (built, batch, train_batches)
     if topology.is_chief:
         ready = {

@@ -43,6 +43,7 @@ def ranks_command(
     compressions: list[str],
     extra_mca: dict[str, str],
     train_batches: int = 0,
+    train_compressions: list[str] | None = None,
 ) -> list[str]:
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
@@ -61,7 +62,9 @@ def ranks_command(
     for name, value in mca.items():
         argv += ["--mca", name, value]
     argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
-    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches), link.tag]
+    trained = ",".join(train_compressions or compressions)
+    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches), trained]
+    argv += [link.tag]
     return link.in_namespace(0, argv)
 
 
