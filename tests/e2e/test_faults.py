@@ -17,10 +17,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path):
-    # 4 kills over 15k frames: each of the two actors killed twice (so restarted after a
-    # growing delay; each restart imports TensorFlow, the test's main CPU cost); the learner
-    # kill at half the budget leaves the restarted learners 7.5k frames, time for a progress
-    # line even on a fast machine (6k frames in all left them none there: no recovery figure).
+    # 2 kills over 15k frames: each of the two actors killed once (each restart imports
+    # TensorFlow, the test's main CPU cost; the growing delay between an actor's restarts is
+    # tests/unit/launch/test_planning.py's); the learner kill at half the budget leaves the
+    # restarted learners 7.5k frames, time for a progress line even on a fast machine (6k
+    # frames in all left them none there: no recovery figure).
     out = tmp_path / "faults.json"
     completed = subprocess.run(
         [
@@ -28,7 +29,7 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
             "-m",
             "benchmarks.faults",
             "--num_actors=2",
-            "--actor_kills=4",
+            "--actor_kills=2",
             "--frames=15000",
             "--save_every_secs=7",  # not in step with the 5 s progress lines
             "--timeout_secs=540",  # then it stops the run and fails, before pytest's limit
@@ -42,8 +43,8 @@ def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path)
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     figures = json.loads(out.read_text())
-    assert figures["actor_kills"] >= 4
-    assert figures["actor_restarts"] >= 4 and figures["actors_given_up"] == 0
+    assert figures["actor_kills"] >= 2
+    assert figures["actor_restarts"] >= 2 and figures["actors_given_up"] == 0
     assert (figures["learner_kills"], figures["learner_restarts"]) == (1, 1)
     assert figures["budget_reached"] and figures["frames"] == [figures["frames"][0]] * 2
     assert figures["learners_identical"]

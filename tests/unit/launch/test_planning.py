@@ -504,6 +504,35 @@ def test_run_local_does_not_restart_a_process_that_finished_refused_or_was_stopp
     assert supervisor.Supervised("actor 1", ["true"], "actor_1.log", 5).schedule_restart(137)
 
 
+def test_a_role_killed_again_and_again_waits_longer_each_time_up_to_its_cap(tmp_path, monkeypatch):
+    # A real process, SIGKILLed four times: restarted after 1, 2, 4 and then 4 s (the cap);
+    # one that ran healthy for a while starts again after 1 s. The clock is the supervisor's.
+    now = [1000.0]
+    monkeypatch.setattr(supervisor.time, "monotonic", lambda: now[0])
+    role = supervisor.Supervised("actor 0", ["sleep", "60"], str(tmp_path / "a.log"), 10, 4.0)
+    role.start()
+    delays = []
+    try:
+        for _ in range(4):
+            role.process.popen.kill()
+            code = role.process.popen.wait(timeout=10)
+            assert role.exit_code() == code == -signal.SIGKILL
+            assert role.schedule_restart(code)
+            delays.append(role.due - now[0])
+            now[0] += role.due - now[0] - 0.01
+            assert not role.restart_if_due()  # not yet
+            now[0] += 0.01
+            assert role.restart_if_due() and role.exit_code() is None
+        assert delays == [1.0, 2.0, 4.0, 4.0] and role.restarts == 4
+        now[0] += 300  # healthy for five minutes
+        role.process.popen.kill()
+        assert role.schedule_restart(role.process.popen.wait(timeout=10))
+        assert role.due - now[0] == 1.0
+    finally:
+        role.process.popen.kill()
+        role.process.popen.wait(timeout=10)
+
+
 def test_a_policy_whose_learners_are_done_stops_its_actors_and_the_others_go_on(tmp_path, capsys):
     def role(name, command, learners=False, max_restarts=0):
         return supervisor.Supervised(
