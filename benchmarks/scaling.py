@@ -27,7 +27,8 @@ What it measures:
   training  both ranks training, each on its own batch of random Pong frames with the learner's
             `Trainer`, under each gradient scheme (`--grad_workers_communication`): synchronous
             (each step waits for its gradients' all-reduce) and asynchronous (each step applies
-            the gradients all-reduced while it computed: one step old), with each compression:
+            the gradients all-reduced while it computed: one step old), with each compression
+            of --train_compression (default: each of --compression):
             the median seconds per batch over --train_batches batches, and what the
             asynchronous scheme gains on each shaped link (not the unshaped pair, which is
             this machine's loopback speed). The two ranks share this machine's cores,

@@ -6,8 +6,8 @@
 #      with scripts/horovod-cycles.patch applied, the wheel cached outside the clone (keyed by
 #      every version that affects the binary, and the patch) so later set-ups skip the compile;
 #   4. a check that Horovod really has TensorFlow and MPI support, failing loudly if not.
-# Idempotent and quick when already done: the Makefile only calls it when requirements.txt or
-# this script changed, or .venv is missing.
+# Idempotent and quick when already done: the Makefile only calls it when requirements.txt, this
+# script or the Horovod patch changed, or .venv is missing.
 #
 # Environment:
 #   PYTHON            interpreter for the venv (default: python3; must be 3.9-3.12 for TF 2.18)
@@ -106,27 +106,27 @@ horovod_wheel() {  # builds (or finds) the cached Horovod wheel and prints its p
     mkdir -p "$CACHE_DIR"
     local tmp log src
     tmp=$(mktemp -d "$CACHE_DIR/.build.XXXXXX")
+    # An interrupted or failed build leaves nothing behind (this runs in $(...)'s subshell).
+    trap 'rm -rf "$tmp"' EXIT
     log=$CACHE_DIR/$key.build.log
-    # The source distribution, patched (the patch file says what it changes and why).
-    if ! "$PY" -m pip download --disable-pip-version-check --no-deps --no-binary :all: \
-        --no-cache-dir -d "$tmp/sdist" "horovod==$hvd" >"$log" 2>&1; then
-      rm -rf "$tmp"
+    # The source distribution, patched (the patch file says what it changes and why); its
+    # metadata is read with the venv's setuptools, as the build below uses.
+    if ! "$PY" -m pip download --disable-pip-version-check --no-deps --no-binary horovod \
+        --no-build-isolation --no-cache-dir -d "$tmp/sdist" "horovod==$hvd" >"$log" 2>&1; then
       tail -n 30 "$log" >&2
       die "could not download Horovod $hvd's source; full log: $log"
     fi
-    tar -xzf "$tmp"/sdist/horovod-"$hvd".tar.gz -C "$tmp"
+    tar -xzf "$tmp"/sdist/horovod-"$hvd".tar.gz -C "$tmp" >>"$log" 2>&1 ||
+      die "could not unpack Horovod $hvd's source ($tmp/sdist); full log: $log"
     src=$tmp/horovod-$hvd
-    if ! patch -p1 --forward --silent -d "$src" <"$HOROVOD_PATCH" >>"$log" 2>&1; then
-      rm -rf "$tmp"
+    patch -p1 --forward --silent -d "$src" <"$HOROVOD_PATCH" >>"$log" 2>&1 ||
       die "scripts/horovod-cycles.patch does not apply to Horovod $hvd; full log: $log"
-    fi
     # CMAKE_POLICY_VERSION_MINIMUM lets a CMake 4 build Horovod's bundled gloo (harmless on 3.25).
     if ! HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
         HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 \
         MAKEFLAGS="-j$(nproc)" \
         "$PY" -m pip wheel --disable-pip-version-check --no-build-isolation --no-deps \
         --no-cache-dir -w "$tmp" "$src" >>"$log" 2>&1; then
-      rm -rf "$tmp"
       grep -v "^WARNING: Location" "$log" | tail -n 30 >&2
       die "Horovod build failed; full log: $log"
     fi
@@ -134,6 +134,7 @@ horovod_wheel() {  # builds (or finds) the cached Horovod wheel and prints its p
     # Move into place only when complete, so an interrupted build never looks cached.
     rm -rf "$dir"
     mv "$tmp" "$dir"
+    trap - EXIT
   fi
   compgen -G "$dir/horovod-*.whl" | head -n1
 }

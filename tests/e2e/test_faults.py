@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_actor_kills_and_a_learner_kill_cost_at_most_one_save_interval(tmp_path):
-    # 2 kills over 15k frames: each of the two actors killed once (each restart imports
-    # TensorFlow, the test's main CPU cost; the growing delay between an actor's restarts is
+    # 2 actor kills over 15k frames (each restart imports TensorFlow, the test's main CPU
+    # cost; the growing delay between an actor's restarts is
     # tests/unit/launch/test_planning.py's); the learner kill at half the budget leaves the
     # restarted learners 7.5k frames, time for a progress line even on a fast machine (6k
     # frames in all left them none there: no recovery figure).
