@@ -198,7 +198,7 @@ def run_single_process() -> None:
 
 
 def run_learner() -> int:
-    # Ctrl-C, SIGTERM and SIGUSR1 ask the learners to finish their step, save a checkpoint and
+    # Ctrl-C, SIGTERM and SIGUSR1 ask training learners to finish their step, save a checkpoint and
     # exit. SIGUSR1 is how launchers stop learners under mpirun: mpirun passes it on to every
     # rank, whereas on SIGINT or SIGTERM it kills the ranks a moment later, saved or not.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
@@ -210,8 +210,13 @@ def run_learner() -> int:
 
 
 def _request_learner_stop(signum, frame):
-    from impala.learner import loop
-
+    # Still starting (the loop not yet imported, or not yet waiting for batches): nothing has
+    # been trained since the checkpoint, so it stops at once rather than after its start-up,
+    # a minute on a busy machine (a launcher killed outright, Ctrl-C while TensorFlow loads).
+    loop = sys.modules.get("impala.learner.loop")
+    training = getattr(loop, "training", None)
+    if training is None or not training.is_set():
+        raise KeyboardInterrupt
     loop.request_stop()
 
 

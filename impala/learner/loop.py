@@ -30,6 +30,9 @@ __all__ = ["LearnerJobConfig", "request_stop", "run"]
 # Set by a signal handler (Ctrl-C, SIGTERM, SIGUSR1): the learners stop at the next step
 # boundary, all at the same one, so the checkpoint holds weights and counters of one step.
 _stop_requested = threading.Event()
+# Set once the learner waits for its first batch: a stop asked before then (while TensorFlow
+# loads or the checkpoint is read: nothing trained, nothing to save) ends the process at once.
+training = threading.Event()
 
 
 def request_stop() -> None:
@@ -53,6 +56,7 @@ def _train(learning: Learning) -> Progress:
     config, counters = learning.config, learning.counters
     progress = Progress(config.learner.total_environment_frames, start_frames=learning.start_frames)
     next_report = time.monotonic()  # the first step is reported at once, then every few seconds
+    training.set()
     while not progress.done:
         started = time.monotonic()
         queued = steps.wait_for_batch(learning, _stop_requested)

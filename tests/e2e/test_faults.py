@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from impala.launch.ports import free_ports
 from tests.helpers import ROOT, SMALL_RUN_FLAGS, pids_with, processes_with, wait_until
 
 pytestmark = pytest.mark.slow
@@ -95,3 +96,29 @@ def test_nothing_outlives_a_launcher_killed_outright(processes, tmp_path):
     finally:  # each child has a session of its own, out of reach of the fixture's cleanup
         for pid in pids_with(f"--logdir={runs}"):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_learner_stopped_while_it_starts_ends_at_once_and_saves_nothing(processes, tmp_path):
+    # SIGTERM while TensorFlow loads (a launcher killed outright, Ctrl-C at the start): nothing
+    # has been trained, so the learner ends without finishing its start-up, which takes a
+    # minute on a busy machine, and writes no checkpoint.
+    (port,) = free_ports(1)
+    learner = processes.experiment(
+        "learner",
+        "--job_name=learner",
+        f"--learner_hosts=localhost:{port}",
+        f"--logdir={tmp_path}",
+        "--experiment=early",
+    )
+
+    def loading_tensorflow():
+        with open(f"/proc/{learner.pid}/maps") as maps:
+            return "tensorflow" in maps.read()
+
+    wait_until(loading_tensorflow, 60, lambda: processes.log(learner))
+    learner.send_signal(signal.SIGTERM)
+    assert processes.wait(learner, 30) == 130, processes.log(learner)
+    log = processes.log(learner)
+    assert "learner stopped" in log and "Traceback" not in log, log
+    assert " serving " not in log, log
+    assert not (tmp_path / "early" / "checkpoints").exists()
