@@ -53,7 +53,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _learner_pids(logdir: str) -> list[int]:
-    """The learner processes whose command line names `logdir`."""
+    """The learner processes (experiment.py) whose command line names `logdir`."""
     pids = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -63,7 +63,9 @@ def _learner_pids(logdir: str) -> list[int]:
                 argv = cmdline.read().split(b"\0")
         except OSError:
             continue
-        if b"--job_name=learner" in argv and f"--logdir={logdir}".encode() in argv:
+        # Python running experiment.py, not mpirun, whose command line holds theirs.
+        ours = any(arg.endswith(b"experiment.py") for arg in argv[1:3])
+        if ours and b"--job_name=learner" in argv and f"--logdir={logdir}".encode() in argv:
             pids.append(int(name))
     return pids
 

@@ -33,10 +33,13 @@ def test_bad_flags_are_one_line_errors(argv, message):
 
 def test_the_learners_of_a_run_are_found_by_their_command_line_and_their_cpu_read(tmp_path):
     logdir = str(tmp_path)
-    spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
-    argv = [sys.executable, "-c", spin, "--job_name=learner", f"--logdir={logdir}"]
+    script = tmp_path / "experiment.py"
+    script.write_text("import time\nend = time.time() + 30\nwhile time.time() < end: pass\n")
+    argv = [sys.executable, "-u", str(script), "--job_name=learner", f"--logdir={logdir}"]
     learner = subprocess.Popen(argv)
     other = subprocess.Popen([*argv[:3], "--job_name=actor", f"--logdir={logdir}"])
+    # What mpirun's own command line looks like: it holds the learners'.
+    launcher = subprocess.Popen(["sleep", "30", *argv])
     try:
         assert waiting_learners._learner_pids(logdir) == [learner.pid]
         assert waiting_learners._learner_pids(logdir + "x") == []
@@ -46,7 +49,7 @@ def test_the_learners_of_a_run_are_found_by_their_command_line_and_their_cpu_rea
             lambda: waiting_learners._cpu_seconds(learner.pid) >= before + 0.05, 10, "no CPU read"
         )
     finally:
-        for process in (learner, other):
+        for process in (learner, other, launcher):
             process.kill()
             process.wait()
     assert waiting_learners._cpu_seconds(learner.pid) == 0.0  # gone
