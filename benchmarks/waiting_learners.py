@@ -27,9 +27,16 @@ from impala.launch import planning
 from impala.launch.ports import free_ports
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("num_learners", 2, "Learners under mpirun.", lower_bound=2)
-flags.DEFINE_float("seconds", 15.0, "How long their CPU is sampled.", lower_bound=0.1)
-flags.DEFINE_float("start_timeout_secs", 180.0, "Give up when rank 0 has not served by then.")
+
+
+def _define_flags() -> None:
+    # Only when run: tests import this module beside experiment.py, whose flags share names.
+    flags.DEFINE_integer("num_learners", 2, "Learners under mpirun.", lower_bound=2)
+    flags.DEFINE_float("seconds", 15.0, "How long their CPU is sampled.", lower_bound=0.1)
+    flags.DEFINE_float(
+        "start_timeout_secs", 180.0, "Give up when rank 0 has not served by then.", lower_bound=1
+    )
+
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -70,7 +77,7 @@ def _learner_pids(logdir: str) -> list[int]:
     return pids
 
 
-def measure(num_learners: int, seconds: float, folder: str) -> float:
+def measure(num_learners: int, seconds: float, folder: str, start_timeout_secs: float) -> float:
     """Cores the waiting learners keep busy between them (CPU seconds per second)."""
     logdir = os.path.join(folder, f"learners_{num_learners}")
     hosts = [f"localhost:{port}" for port in free_ports(num_learners)]
@@ -89,7 +96,7 @@ def measure(num_learners: int, seconds: float, folder: str) -> float:
             command, stdout=log, stderr=subprocess.STDOUT, cwd=_ROOT, start_new_session=True
         )
     try:
-        deadline = time.monotonic() + FLAGS.start_timeout_secs
+        deadline = time.monotonic() + start_timeout_secs
         while " serving " not in _read(log_path):
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = _read(log_path)[-2000:]
@@ -152,9 +159,9 @@ def main(argv: list[str]) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="waiting-learners-") as folder:
         try:
-            alone = measure(1, FLAGS.seconds, folder)
+            alone = measure(1, FLAGS.seconds, folder, FLAGS.start_timeout_secs)
             print(f"  1 learner, without mpirun: {alone:.2f} cores busy", flush=True)
-            several = measure(FLAGS.num_learners, FLAGS.seconds, folder)
+            several = measure(FLAGS.num_learners, FLAGS.seconds, folder, FLAGS.start_timeout_secs)
         except RuntimeError as error:
             print(f"waiting_learners.py: error: {error}", file=sys.stderr)
             return 1
@@ -168,4 +175,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main, flags_parser=_parse_flags)
