@@ -55,7 +55,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow reads the event
 
 from absl import app, flags
 
-from benchmarks import peer_results, peer_setup
+from benchmarks import one_line_flags, peer_results, peer_setup
 from benchmarks.peer_commands import (
     EXPERIMENT,
     RESERVED,
@@ -373,15 +373,6 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's parsing, a bad flag answered in one line (status 2) instead of its usage text."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as error:
-        print(f"{SCRIPT}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
 if __name__ == "__main__":
     _define_flags()
-    app.run(main, flags_parser=parse_flags)
+    app.run(main, flags_parser=one_line_flags.parser(SCRIPT))

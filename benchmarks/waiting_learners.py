@@ -23,6 +23,7 @@ import time
 
 from absl import app, flags
 
+from benchmarks import one_line_flags
 from impala.launch import planning
 from impala.launch.ports import free_ports
 
@@ -134,15 +135,6 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's parse, its errors in one line."""
-    try:
-        return FLAGS(argv)
-    except flags.Error as error:
-        print(f"waiting_learners.py: error: {error}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         print(
@@ -176,4 +168,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=one_line_flags.parser("waiting_learners.py"))
