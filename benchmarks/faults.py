@@ -31,7 +31,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import fault_logs
+from benchmarks import fault_logs, run_processes
 from impala import run_folder
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,18 +65,7 @@ RUN_FLAGS = (
 
 def _processes(experiment: str, job: str) -> list[int]:
     """PIDs of the run's `experiment.py --job_name=job` processes."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if f"--job_name={job}" in argv and f"--experiment={experiment}" in argv:
-            pids.append(int(entry))
-    return pids
+    return run_processes.experiment_pids(job, f"--experiment={experiment}")
 
 
 def _age_secs(pid: int) -> float:

@@ -42,8 +42,8 @@ def ranks_command(
     repeats: int,
     compressions: list[str],
     extra_mca: dict[str, str],
-    train_batches: int = 0,
-    train_compressions: list[str] | None = None,
+    train_batches: int,
+    train_compressions: list[str],
 ) -> list[str]:
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
@@ -62,9 +62,8 @@ def ranks_command(
     for name, value in mca.items():
         argv += ["--mca", name, value]
     argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
-    trained = ",".join(train_compressions or compressions)
-    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches), trained]
-    argv += [link.tag]
+    argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches)]
+    argv += [",".join(train_compressions), link.tag]
     return link.in_namespace(0, argv)
 
 

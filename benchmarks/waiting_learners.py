@@ -23,7 +23,7 @@ import time
 
 from absl import app, flags
 
-from benchmarks import one_line_flags
+from benchmarks import one_line_flags, run_processes
 from impala.launch import planning
 from impala.launch.ports import free_ports
 
@@ -60,24 +60,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def _learner_pids(logdir: str) -> list[int]:
-    """The learner processes (experiment.py) whose command line names `logdir`."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-        except OSError:
-            continue
-        # Python running experiment.py, not mpirun, whose command line holds theirs.
-        ours = any(arg.endswith(b"experiment.py") for arg in argv[1:3])
-        if ours and b"--job_name=learner" in argv and f"--logdir={logdir}".encode() in argv:
-            pids.append(int(name))
-    return pids
-
-
 def measure(num_learners: int, seconds: float, folder: str, start_timeout_secs: float) -> float:
     """Cores the waiting learners keep busy between them (CPU seconds per second)."""
     logdir = os.path.join(folder, f"learners_{num_learners}")
@@ -104,7 +86,7 @@ def measure(num_learners: int, seconds: float, folder: str, start_timeout_secs: 
                 raise RuntimeError(f"the learners did not start serving:\n{tail}")
             time.sleep(0.5)
         time.sleep(2.0)  # the other ranks' last start-up steps
-        pids = _learner_pids(logdir)
+        pids = run_processes.experiment_pids("learner", f"--logdir={logdir}")
         if len(pids) != num_learners:
             raise RuntimeError(f"found {len(pids)} learner processes, not {num_learners}")
         before = sum(_cpu_seconds(pid) for pid in pids)

@@ -1,13 +1,13 @@
 """benchmarks.waiting_learners' parts that need no learner: its one-line flag errors, and how it
-finds the learners of a run and reads their CPU. (Its real run, two learners under mpirun, is
-timed by hand: docs/throughput-history.md.)"""
+finds the learners of a run (benchmarks.run_processes) and reads their CPU. (Its real run, two
+learners under mpirun, is its command's: docs/throughput-history.md has the figures.)"""
 
 import subprocess
 import sys
 
 import pytest
 
-from benchmarks import waiting_learners
+from benchmarks import run_processes, waiting_learners
 from tests.helpers import ROOT, wait_until
 
 
@@ -41,8 +41,8 @@ def test_the_learners_of_a_run_are_found_by_their_command_line_and_their_cpu_rea
     # What mpirun's own command line looks like: it holds the learners'.
     launcher = subprocess.Popen(["sleep", "30", *argv])
     try:
-        assert waiting_learners._learner_pids(logdir) == [learner.pid]
-        assert waiting_learners._learner_pids(logdir + "x") == []
+        assert run_processes.experiment_pids("learner", f"--logdir={logdir}") == [learner.pid]
+        assert run_processes.experiment_pids("learner", f"--logdir={logdir}x") == []
         # It spins: its CPU seconds grow.
         before = waiting_learners._cpu_seconds(learner.pid)
         wait_until(
