@@ -216,7 +216,7 @@ def _request_learner_stop(signum, frame):
     loop = sys.modules.get("impala.learner.loop")
     training = getattr(loop, "training", None)
     if training is None or not training.is_set():
-        raise KeyboardInterrupt
+        _interrupt(signum, frame)
     loop.request_stop()
 
 
@@ -237,7 +237,11 @@ ROLES = {"local": run_single_process, "learner": run_learner, "actor": run_actor
 
 def _interrupt(signum, frame):
     # SIGTERM (from a launcher, or mpirun passing on a stop) ends a process like Ctrl-C does:
-    # through the normal clean-up path.
+    # through the normal clean-up path. Once: a second signal while it stops (a launcher's
+    # SIGTERM after the terminal's Ctrl-C, a scheduler signalling every process) would cut the
+    # clean-up short with a second traceback. A stop that hangs is for the launcher's SIGKILL.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(stop_signal, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

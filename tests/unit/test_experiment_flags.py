@@ -1,5 +1,7 @@
 """experiment.py's flags reach the job configs of the roles that use them."""
 
+import signal
+
 import pytest
 from absl import flags
 from absl.testing import flagsaver
@@ -132,3 +134,23 @@ def test_the_progress_interval_reaches_the_learner_and_the_single_process_traine
     for value in ("-1", "inf", "nan"):
         with pytest.raises(ValueError, match=rf"^--log_every_secs={value}.*: must be a finite"):
             _roles(f"--log_every_secs={value}")
+
+
+def test_a_stop_signal_stops_once_and_a_second_one_does_not_cut_the_stop_short():
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    before = {signum: signal.getsignal(signum) for signum in stop_signals}
+    try:
+        signal.signal(signal.SIGTERM, experiment._interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGTERM)
+        # While the process runs its clean-up, a launcher's SIGTERM after the terminal's
+        # Ctrl-C: no second KeyboardInterrupt in the middle of it. (SIGTERM first: unhandled,
+        # SIGUSR1 would end the test's process.)
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                signal.raise_signal(signum)
+        except KeyboardInterrupt:
+            pytest.fail(f"{signal.Signals(signum).name} interrupted the stop a second time")
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
