@@ -23,7 +23,7 @@ from impala.learner.summaries import Summaries
 def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
     """Everything this learner trains with, on the state every learner shares: rank 0's latest
     checkpoint or its fresh weights, published to the actors."""
-    topology = allreduce.init()
+    topology = allreduce.init(len(config.learner_hosts))
     if topology.size != len(config.learner_hosts):
         raise ValueError(
             f"--learner_hosts names {len(config.learner_hosts)} learners but "

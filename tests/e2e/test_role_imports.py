@@ -1,11 +1,12 @@
 """Each role imports only its own stack: the launchers run without TensorFlow and the rest of the
-ML stack, and actors and --mode=test without Horovod.
+ML stack, actors, --mode=test and a learner alone without Horovod.
 
 Each command runs through `tests.without_ml_stack`, which makes the refused modules unimportable
 in that process. run_local.py's whole run goes that way in `test_distributed.py` too, and
 --mode=test's games without Horovod in `test_mode_test.py`.
 """
 
+import signal
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ import pytest
 
 from impala import run_secret
 from impala.launch.ports import free_ports
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_until
 
 EXAMPLE_CSV = "--workers_csv_path=sandbox/local_workers_example.csv"
 
@@ -84,7 +85,39 @@ def test_an_actor_runs_without_horovod(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
+def test_a_learner_alone_serves_without_horovod(processes, tmp_path):
+    # One of --learner_hosts and no mpirun: a world of one, which needs no Horovod (nor so the
+    # Keras its module loads: tests/unit/test_experiment_flags.py).
+    (port,) = free_ports(1)
+    learner = processes.start(
+        "learner",
+        [
+            sys.executable,
+            "-m",
+            "tests.without_ml_stack",
+            "--refuse=horovod",
+            "experiment.py",
+            "--job_name=learner",
+            f"--learner_hosts=localhost:{port}",
+            "--level_name=impala/Catch-v0",
+            "--agent_name=MLPAgent",
+            f"--logdir={tmp_path}",
+            "--experiment=alone",
+        ],
+    )
+    wait_until(lambda: " serving " in processes.log(learner), 120, lambda: processes.log(learner))
+    learner.send_signal(signal.SIGTERM)
+    assert processes.wait(learner, 60) == 130, processes.log(learner)
+    assert "Traceback" not in processes.log(learner)
+
+
 def test_the_refusal_is_real():
-    completed = _run("experiment.py", "--job_name=learner", refuse="horovod")
+    # A learner of two joins the other through Horovod.
+    completed = _run(
+        "experiment.py",
+        "--job_name=learner",
+        "--learner_hosts=localhost:1,localhost:2",
+        refuse="horovod",
+    )
     assert completed.returncode != 0
     assert "horovod is made unimportable by tests.without_ml_stack" in completed.stderr

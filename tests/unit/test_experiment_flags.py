@@ -1,5 +1,6 @@
 """experiment.py's flags reach the job configs of the roles that use them."""
 
+import os
 import signal
 
 import pytest
@@ -154,3 +155,39 @@ def test_a_stop_signal_stops_once_and_a_second_one_does_not_cut_the_stop_short()
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def _unset_for_the_test(monkeypatch, name):
+    # Set first, so that what the test sets is removed after it too: this worker's later
+    # subprocesses (learners of several) must not inherit it.
+    monkeypatch.setenv(name, "")
+    monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(
+    "flags_given, keras",
+    [
+        ({"job_name": "actor"}, False),
+        ({"job_name": "local"}, False),
+        ({"mode": "test", "learner_hosts": ["a:1", "b:1"]}, False),
+        ({"job_name": "learner", "learner_hosts": ["a:1"]}, False),
+        # Horovod's module needs Keras: learners of several load it.
+        ({"job_name": "learner", "learner_hosts": ["a:1", "b:1"]}, True),
+    ],
+)
+def test_only_learners_of_several_have_tensorflow_load_keras(monkeypatch, flags_given, keras):
+    _unset_for_the_test(monkeypatch, "TF_USE_LEGACY_KERAS")
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE"):
+        _unset_for_the_test(monkeypatch, name)
+    with flagsaver.flagsaver(**flags_given):
+        experiment._leave_out_keras()
+    assert ("TF_USE_LEGACY_KERAS" not in os.environ) == keras
+
+
+def test_a_learner_that_mpirun_started_among_several_has_keras_loaded(monkeypatch):
+    # However many --learner_hosts say: its start refuses the mismatch after Horovod's import.
+    _unset_for_the_test(monkeypatch, "TF_USE_LEGACY_KERAS")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    with flagsaver.flagsaver(job_name="learner", learner_hosts=["a:1"]):
+        experiment._leave_out_keras()
+    assert "TF_USE_LEGACY_KERAS" not in os.environ
