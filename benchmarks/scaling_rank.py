@@ -121,7 +121,7 @@ def measure(tensors, reducers, vote, warmup: int, repeats: int, training) -> dic
 def main(argv: list[str]) -> int:
     warmup, repeats, compressions = int(argv[1]), int(argv[2]), argv[3].split(",")
     train_batches, train_compressions = int(argv[4]), argv[5].split(",")
-    topology = allreduce.init()
+    topology = allreduce.init(num_learners=2)  # the two ranks mpirun started
     job = configs.LearnerJobConfig()
     env_info, agent = start.build_agent(job)
     rng = np.random.default_rng(topology.rank)
