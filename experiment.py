@@ -32,7 +32,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 from absl import app
 from absl import logging as absl_logging
 
-from impala import configs, run_folder
+from impala import configs, run_folder, tensorflow_import
 from impala.flags import FLAGS, PRESETS, apply_preset, config_from_flags, flag_values
 from impala.learner import world
 
@@ -247,14 +247,11 @@ def _interrupt(signum, frame):
 
 
 def _leave_out_keras() -> None:
-    # TensorFlow loads Keras 3 (and matplotlib with it) as it imports, for Keras' users: 0.9 of
-    # the 3 CPU seconds its import takes on a 2-core machine, in every process of a run.
-    # Nothing here uses Keras but Horovod's module, which only learners of several load; for
-    # every other process, asking TensorFlow for the legacy tf_keras, which is not installed,
-    # makes it skip the import (tf.keras would then fail). A value the user set is kept.
+    # Every process but a learner of several, whose Horovod module needs Keras: see
+    # impala/tensorflow_import.py. (No role starts processes of its own.)
     learner = FLAGS.mode == "train" and FLAGS.job_name == "learner"
     if not (learner and world.joins_others(len(FLAGS.learner_hosts))):
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        tensorflow_import.leave_out_keras()
 
 
 def main(argv: list[str]) -> int:

@@ -141,8 +141,11 @@ def _read_events(path: str) -> tuple[tuple[float, float], list[_Event]]:
     """
     # TensorFlow takes seconds to import: only done once there are event files to read, so that
     # a mistyped folder or --out is answered at once.
-    import tensorflow as tf
     from google.protobuf import message
+
+    from impala import tensorflow_import
+
+    tf = tensorflow_import.without_keras()
 
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
