@@ -264,7 +264,9 @@ def main(argv: list[str]) -> int:
     # Our reports go through the root logger. TensorFlow logs its own INFO lines (checkpoint
     # sharding times and the like) through absl's logger: those are not for users.
     logging.getLogger("absl").setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C too: Python's own handler would raise again at a second signal.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, _interrupt)
     if FLAGS.private_run_files:
         # Before anything is written: checkpoints, events, summaries, videos.
         run_folder.keep_private()

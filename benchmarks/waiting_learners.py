@@ -1,7 +1,8 @@
-"""The CPU learners use while they wait for batches: one learner alone, then --num_learners
-learners under mpirun as run_local.py starts them, each serving with no actor (so waiting for
-its first batch), their CPU seconds sampled over --seconds once rank 0 serves. In one run, so
-that the two rows compare on this machine as it is now.
+"""The CPU learners use while they wait for batches: one learner alone (which runs without
+Horovod since 2026-12-06), then --num_learners learners under mpirun as run_local.py starts
+them, each serving with no actor (so waiting for its first batch), their CPU seconds sampled
+over --seconds once rank 0 serves. In one run, so that the two rows compare on this machine as
+it is now.
 
     .venv/bin/python -m benchmarks.waiting_learners [--num_learners=2] [--seconds=15]
 
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="waiting-learners-") as folder:
         try:
             alone = measure(1, FLAGS.seconds, folder, FLAGS.start_timeout_secs)
-            print(f"  1 learner, without mpirun: {alone:.2f} cores busy", flush=True)
+            print(f"  1 learner, without mpirun or Horovod: {alone:.2f} cores busy", flush=True)
             several = measure(FLAGS.num_learners, FLAGS.seconds, folder, FLAGS.start_timeout_secs)
         except RuntimeError as error:
             print(f"waiting_learners.py: error: {error}", file=sys.stderr)

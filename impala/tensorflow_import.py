@@ -3,8 +3,9 @@
 TensorFlow imports Keras 3 (and matplotlib with it) for Keras' users: 0.8 of the 2.8 CPU seconds
 its import takes on a 2-core machine, and 65 MB. Nothing here uses Keras but Horovod's module,
 which only learners of several load (`impala.learner.world`). Asking TensorFlow for the legacy
-tf_keras instead, which is not installed, makes it skip the import (tf.keras then fails there).
-A value the user set is kept.
+tf_keras instead, which is not installed, makes it skip the import. While the variable is set,
+tf.keras (and tf.losses, tf.metrics, tf.optimizers, tf.initializers) fail with "Keras cannot be
+imported": code here does not use them. A value the user set is kept.
 """
 
 import os

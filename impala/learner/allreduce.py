@@ -45,8 +45,14 @@ def init(num_learners: int) -> Topology:
     learner's GPU."""
     global _hvd
     if world.joins_others(num_learners):
-        import horovod.tensorflow as hvd
-
+        try:
+            import horovod.tensorflow as hvd
+        except ImportError as error:
+            # TF_USE_LEGACY_KERAS set where tf_keras is not installed, for one: Horovod's module
+            # needs Keras.
+            raise ValueError(
+                f"a learner of several needs Horovod, which failed to load: {error}"
+            ) from None
         hvd.init()
         _hvd = hvd
         topology = Topology(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
@@ -91,13 +97,16 @@ def tape_wrapper(compression: str):
 def gradient_reducer(compression: str = "none") -> Callable[[list[tf.Tensor]], list[tf.Tensor]]:
     """Asynchronous gradients' all-reduce (`Trainer`'s `delayed_reduce`): the average over all
     learners of a list of gradients, in one grouped all-reduce, sent as float32 or float16."""
-    compressor = _compressor(compression)
+    _compressor(compression)
 
     def reduce(gradients: list[tf.Tensor]) -> list[tf.Tensor]:
         if _hvd is None:
             return gradients
         return _hvd.grouped_allreduce(
-            gradients, op=_hvd.Average, compression=compressor, name="delayed_gradients"
+            gradients,
+            op=_hvd.Average,
+            compression=_compressor(compression),
+            name="delayed_gradients",
         )
 
     return reduce

@@ -6,6 +6,7 @@ in that process. run_local.py's whole run goes that way in `test_distributed.py`
 --mode=test's games without Horovod in `test_mode_test.py`.
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -121,3 +122,25 @@ def test_the_refusal_is_real():
     )
     assert completed.returncode != 0
     assert "horovod is made unimportable by tests.without_ml_stack" in completed.stderr
+
+
+def test_a_learner_of_several_without_keras_is_a_one_line_error():
+    # TF_USE_LEGACY_KERAS=1 where tf_keras is not installed: TensorFlow skips Keras, which
+    # Horovod's module needs.
+    completed = subprocess.run(
+        [sys.executable, "experiment.py", "--job_name=learner", "--learner_hosts=a:1,b:1"],
+        cwd=ROOT,
+        env={**os.environ, "TF_USE_LEGACY_KERAS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert (
+        completed.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "experiment.py: error: a learner of several needs Horovod, which failed to load: "
+        )
+    ), completed.stderr
+    assert "Traceback" not in completed.stderr

@@ -164,30 +164,47 @@ def _unset_for_the_test(monkeypatch, name):
     monkeypatch.delenv(name)
 
 
-@pytest.mark.parametrize(
-    "flags_given, keras",
-    [
-        ({"job_name": "actor"}, False),
-        ({"job_name": "local"}, False),
-        ({"mode": "test", "learner_hosts": ["a:1", "b:1"]}, False),
-        ({"job_name": "learner", "learner_hosts": ["a:1"]}, False),
-        # Horovod's module needs Keras: learners of several load it.
-        ({"job_name": "learner", "learner_hosts": ["a:1", "b:1"]}, True),
-    ],
-)
-def test_only_learners_of_several_have_tensorflow_load_keras(monkeypatch, flags_given, keras):
+def _keras_switch_after(monkeypatch, *argv, world_size=None):
+    """TF_USE_LEGACY_KERAS after experiment.py's choice for a process of these flags."""
     _unset_for_the_test(monkeypatch, "TF_USE_LEGACY_KERAS")
     for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE"):
         _unset_for_the_test(monkeypatch, name)
-    with flagsaver.flagsaver(**flags_given):
+    if world_size:
+        monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", world_size)
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", *argv])
         experiment._leave_out_keras()
-    assert ("TF_USE_LEGACY_KERAS" not in os.environ) == keras
+    return os.environ.get("TF_USE_LEGACY_KERAS")
+
+
+@pytest.mark.parametrize(
+    "argv, keras",
+    [
+        (["--job_name=actor"], False),
+        (["--job_name=local"], False),
+        (["--mode=test", "--job_name=learner", "--learner_hosts=a:1,b:1"], False),
+        (["--job_name=learner", "--learner_hosts=a:1"], False),
+        # Horovod's module needs Keras: learners of several load it.
+        (["--job_name=learner", "--learner_hosts=a:1,b:1"], True),
+    ],
+)
+def test_only_learners_of_several_have_tensorflow_load_keras(monkeypatch, argv, keras):
+    assert (_keras_switch_after(monkeypatch, *argv) is None) == keras
 
 
 def test_a_learner_that_mpirun_started_among_several_has_keras_loaded(monkeypatch):
     # However many --learner_hosts say: its start refuses the mismatch after Horovod's import.
-    _unset_for_the_test(monkeypatch, "TF_USE_LEGACY_KERAS")
-    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
-    with flagsaver.flagsaver(job_name="learner", learner_hosts=["a:1"]):
+    switch = _keras_switch_after(
+        monkeypatch, "--job_name=learner", "--learner_hosts=a:1", world_size="2"
+    )
+    assert switch is None
+
+
+def test_the_users_keras_switch_is_kept(monkeypatch):
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "0")
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", "--job_name=actor"])
         experiment._leave_out_keras()
-    assert "TF_USE_LEGACY_KERAS" not in os.environ
+    assert os.environ["TF_USE_LEGACY_KERAS"] == "0"
