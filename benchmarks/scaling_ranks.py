@@ -48,6 +48,9 @@ def ranks_command(
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
     mca = {
+        # Waiting ranks yield their core, as the learners' mpirun has them do
+        # (impala/launch/planning.py); the extra options may say otherwise.
+        "mpi_yield_when_idle": "1",
         **extra_mca,
         "plm_rsh_agent": agent,
         "oob_tcp_if_include": subnet,

@@ -114,7 +114,12 @@ def mpirun(
     argv += ["-H", ",".join(f"{h}:{n}" for h, n in slots.items())]
     # Learners are few and each uses several threads: no binding to one core, and rank r goes
     # to the r-th host listed.
-    argv += ["--bind-to", "none", "--map-by", "slot", *options]
+    argv += ["--bind-to", "none", "--map-by", "slot"]
+    # A rank waiting in MPI (Horovod's coordination, an all-reduce whose other rank is still
+    # computing) gives its core away instead of polling: the actors share the learners' cores.
+    # Open MPI yields by itself only when ranks outnumber the slots, which they never do here.
+    # Measured in docs/throughput-history.md ("Learners that wait give their core away").
+    argv += ["--mca", "mpi_yield_when_idle", "1", *options]
     for index, context in enumerate(app_contexts):
         argv += [*([":"] if index else []), *context]
     return argv

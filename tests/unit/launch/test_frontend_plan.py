@@ -151,7 +151,8 @@ def test_exact_mpirun_line_one_context_per_learner(tmp_path):
     )
     assert _script(n1.windows[0]) == (
         "cd /w && mkdir -p runs/cluster && "
-        "mpirun -H n1:2,n2:1 --bind-to none --map-by slot -x PYTHONUNBUFFERED=1 "
+        "mpirun -H n1:2,n2:1 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 "
+        "-x PYTHONUNBUFFERED=1 "
         "--mca plm_rsh_args '-F runs/cluster/ssh_config' --mca plm_rsh_no_tree_spawn 1 "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES=0 /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
@@ -527,6 +528,7 @@ def test_with_an_image_the_learners_mpirun_runs_every_rank_in_one_container(tmp_
     ]
     assert inside == [
         *("mpirun", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot"),
+        *("--mca", "mpi_yield_when_idle", "1"),
         *("-x", "PYTHONUNBUFFERED=1"),
         *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=0", *learner, ":"),
         *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=", *learner),
@@ -568,8 +570,9 @@ def test_with_an_image_learners_on_other_hosts_start_through_an_sshd_container_t
         "2>/dev/null && break; sleep 1; done; done"
     )
     argv = shlex.split(run.split(" impala ", 1)[1].rsplit(" 2>&1 | tee -a ", 1)[0])
-    assert argv[:16] == [
+    assert argv[:19] == [
         *("mpirun", "-H", "localhost:2,n2:1", "--bind-to", "none", "--map-by", "slot"),
+        *("--mca", "mpi_yield_when_idle", "1"),
         *("-x", "PYTHONUNBUFFERED=1", "--mca", "plm_rsh_args"),
         "-p 2200 -i /w/runs/cluster/mpi_ssh/id_ed25519 -o UserKnownHostsFile="
         "/w/runs/cluster/mpi_ssh/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes "
@@ -688,7 +691,8 @@ def test_without_a_policy_column_learners_split_in_rank_order_and_actors_take_tu
     )
     assert _script(windows["n2", "policy_1_learners"]) == (
         "cd /w && mkdir -p runs/pop/policy_1 && "
-        "mpirun -H n2:2 --bind-to none --map-by slot -x PYTHONUNBUFFERED=1 "
+        "mpirun -H n2:2 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 "
+        "-x PYTHONUNBUFFERED=1 "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} "
         "2>&1 | tee -a runs/pop/policy_1/learners.log"

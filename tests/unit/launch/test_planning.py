@@ -65,7 +65,8 @@ def test_learner_and_actor_commands():
 def test_mpirun_command_groups_slots_by_host_in_rank_order():
     argv = planning.mpirun_command(["h1", "h2", "h1"], ["python", "x.py"], as_root=True)
     assert planning.shell_line(argv) == (
-        "mpirun -np 3 -H h1:2,h2:1 --bind-to none --map-by slot --allow-run-as-root "
+        "mpirun -np 3 -H h1:2,h2:1 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 "
+        "--allow-run-as-root "
         "-x PYTHONUNBUFFERED python x.py"
     )
     assert "--allow-run-as-root" not in planning.mpirun_command(["h1"], ["x"], as_root=False)
