@@ -272,6 +272,7 @@ def main(argv: list[str]) -> int:
         run_folder.keep_private()
     apply_preset()
     _leave_out_keras()
+    tensorflow_import.standard_distutils()
     try:
         code = run_test() if FLAGS.mode == "test" else ROLES[FLAGS.job_name]()
     except ValueError as error:

@@ -1,4 +1,5 @@
-"""TensorFlow imported without Keras, in a fresh process (this one has TensorFlow already)."""
+"""TensorFlow imported without Keras and setuptools, in a fresh process (this one has TensorFlow
+already)."""
 
 import os
 import subprocess
@@ -11,10 +12,12 @@ import os, sys
 from impala import tensorflow_import
 tf = tensorflow_import.without_keras()
 print(tf.__name__, "keras" in sys.modules, os.environ.get("TF_USE_LEGACY_KERAS"))
+# TensorFlow's `import distutils` got Python's own, not setuptools' copy with all of setuptools.
+print("setuptools" in sys.modules, "site-packages" in sys.modules["distutils"].__file__)
 """
 
 
-def test_tensorflow_loads_without_keras_and_the_processes_started_after_are_not_affected():
+def test_tensorflow_loads_without_keras_or_setuptools_and_later_processes_are_not_affected():
     env = {name: value for name, value in os.environ.items() if name != "TF_USE_LEGACY_KERAS"}
     completed = subprocess.run(
         [sys.executable, "-c", _CHECK],
@@ -24,4 +27,7 @@ def test_tensorflow_loads_without_keras_and_the_processes_started_after_are_not_
         text=True,
         timeout=120,
     )
-    assert completed.stdout.split() == ["tensorflow", "False", "None"], completed.stderr
+    assert completed.stdout.split() == [
+        *("tensorflow", "False", "None"),
+        *("False", "False"),
+    ], completed.stderr
