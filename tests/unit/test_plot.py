@@ -472,6 +472,36 @@ def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp
     assert curve.start_frames is None and len(curve.returns) == 3
 
 
+def test_the_learners_game_points_are_the_events_tf_summary_scalar_writes(tmp_path):
+    """`Summaries.episodes` writes its points in one call: the same events, in the same order,
+    as one tf.summary.scalar a point (what TensorBoard and plot.py read)."""
+    from impala.learner.summaries import Summaries
+
+    games = (np.array([-21.0, 0.5]), np.array([3000.0, 3100.0]), np.array([5, -1]))
+    written = Summaries(str(tmp_path / "learner"))
+    written.episodes(1000, *games)
+    written.close()
+    with tf.summary.create_file_writer(str(tmp_path / "scalar")).as_default(step=1000):
+        tf.summary.scalar("episode/return", -21.0)
+        tf.summary.scalar("episode/length_frames", 3000.0)
+        tf.summary.scalar("episode/start_frames", 5.0)
+        tf.summary.scalar("episode/return_odd_start", -21.0)
+        tf.summary.scalar("episode/return", 0.5)
+        tf.summary.scalar("episode/length_frames", 3100.0)
+        tf.summary.flush()
+
+    def points(folder):
+        (path,) = (folder).glob("events.*")
+        return [
+            (event.step, value.SerializeToString(deterministic=True))
+            for event in tf.compat.v1.train.summary_iterator(str(path))
+            for value in event.summary.value
+        ]
+
+    expected = points(tmp_path / "scalar")
+    assert len(expected) == 6 and points(tmp_path / "learner") == expected
+
+
 def test_by_parity_draws_the_games_of_each_start_parity_as_a_run(tmp_path, capsys):
     """Odd games won and even ones lost: two curves, each with its own games and moving mean."""
     starts = [7 + index for index in range(30)]  # odd, even, odd, ...
