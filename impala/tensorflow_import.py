@@ -7,12 +7,15 @@ tf_keras instead, which is not installed, makes it skip the import. While the va
 tf.keras (and tf.losses, tf.metrics, tf.optimizers, tf.initializers) fail with "Keras cannot be
 imported": code here does not use them. A value the user set is kept.
 
-TensorFlow also runs `import distutils` (to list site-packages folders). In a virtual environment
-with setuptools (which building Horovod needs), setuptools' import hook answers with its own
-copy, and that imports all of setuptools: 0.2 CPU seconds more. Python 3.11's own distutils
-serves TensorFlow the same, without it.
+TensorFlow also runs `import distutils` (to add `distutils.sysconfig`'s site-packages folder to
+those it searches for plugins). In a virtual environment with setuptools (which building Horovod
+needs), setuptools' import hook answers with its own copy, and that imports all of setuptools:
+0.2 CPU seconds more. Where Python has its own distutils (3.11 and before), TensorFlow gets that
+one instead: it does not load `distutils.sysconfig`, so TensorFlow searches only the folders on
+`sys.path`, which hold site-packages already. Python 3.12 has none, and the hook stays.
 """
 
+import importlib.machinery
 import os
 import sys
 
@@ -40,7 +43,12 @@ def without_keras():
 
 
 def standard_distutils() -> None:
-    """Before TensorFlow loads: `import distutils` finds Python's own, not setuptools' copy."""
+    """Before TensorFlow loads: `import distutils` finds Python's own, not setuptools' copy,
+    where Python has one."""
     hook = sys.modules.get("_distutils_hack")
-    if hook is not None and "distutils" not in sys.modules:
+    if hook is None or "distutils" in sys.modules:
+        return
+    # Only Python's own is a top-level `distutils` on the path (setuptools' is
+    # setuptools._distutils, which the hook hands out under that name).
+    if importlib.machinery.PathFinder.find_spec("distutils") is not None:
         getattr(hook, "remove_shim", lambda: None)()

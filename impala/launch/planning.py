@@ -7,6 +7,7 @@ commands as strings.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -91,6 +92,9 @@ def mpirun_command(
     return mpirun(hosts, [*options, *extra], [command], np_first=True)
 
 
+YIELD_SETTING = "mpi_yield_when_idle"
+
+
 def mpirun(
     hosts: Sequence[str],
     options: Sequence[str],
@@ -118,8 +122,12 @@ def mpirun(
     # A rank waiting in MPI (Horovod's coordination, an all-reduce whose other rank is still
     # computing) gives its core away instead of polling: the actors share the learners' cores.
     # Open MPI yields by itself only when ranks outnumber the slots, which they never do here.
-    # Measured in docs/throughput-history.md ("Learners that wait give their core away").
-    argv += ["--mca", "mpi_yield_when_idle", "1", *options]
+    # Measured in docs/throughput-history.md ("Learners that wait give their core away"). A
+    # value the user gives (OMPI_MCA_mpi_yield_when_idle here, or in `options`) decides instead:
+    # mpirun refuses a setting given twice, and its command line overrides the environment.
+    if YIELD_SETTING not in options and f"OMPI_MCA_{YIELD_SETTING}" not in os.environ:
+        argv += ["--mca", YIELD_SETTING, "1"]
+    argv += options
     for index, context in enumerate(app_contexts):
         argv += [*([":"] if index else []), *context]
     return argv

@@ -81,8 +81,9 @@ class Summaries:
         known (>= 0), the frames it began with."""
         if start_frames is None:
             start_frames = np.full(len(returns), -1)
-        # The events tf.summary.scalar writes, written in one call: a scalar op a point took
-        # 20 times the CPU, which games of a few steps (Catch's, Counter's) paid at every step.
+        # The points tf.summary.scalar writes (tag, value and its metadata), in one event and
+        # one call: a scalar op a point took 12 to 20 times the CPU (docs/throughput-history.md),
+        # which games of a few steps (Catch's, Counter's) paid at every step.
         points = []
         for episode_return, length, start in zip(
             returns, lengths_frames, start_frames, strict=True

@@ -473,33 +473,41 @@ def test_the_learners_summaries_pair_each_game_with_the_frames_it_began_with(tmp
 
 
 def test_the_learners_game_points_are_the_events_tf_summary_scalar_writes(tmp_path):
-    """`Summaries.episodes` writes its points in one call: the same events, in the same order,
-    as one tf.summary.scalar a point (what TensorBoard and plot.py read)."""
+    """`Summaries.episodes` writes a step's points in one call: the same points (tag, step,
+    value and its kind), in the same order, as one tf.summary.scalar a point, a NaN return and a
+    game without a start among them; in one event where those were one event a point, which
+    TensorBoard and plot.py read the same."""
     from impala.learner.summaries import Summaries
 
-    games = (np.array([-21.0, 0.5]), np.array([3000.0, 3100.0]), np.array([5, -1]))
+    returns, lengths, starts = [-21.0, np.nan, 3.0], [3000.0, 3100.0, 50.0], [5, 8, -1]
     written = Summaries(str(tmp_path / "learner"))
-    written.episodes(1000, *games)
+    written.episodes(1000, np.array(returns), np.array(lengths), np.array(starts))
     written.close()
-    with tf.summary.create_file_writer(str(tmp_path / "scalar")).as_default(step=1000):
-        tf.summary.scalar("episode/return", -21.0)
-        tf.summary.scalar("episode/length_frames", 3000.0)
-        tf.summary.scalar("episode/start_frames", 5.0)
-        tf.summary.scalar("episode/return_odd_start", -21.0)
-        tf.summary.scalar("episode/return", 0.5)
-        tf.summary.scalar("episode/length_frames", 3100.0)
-        tf.summary.flush()
+    writer = tf.summary.create_file_writer(str(tmp_path / "scalar"))
+    with writer.as_default(step=1000):
+        for episode_return, length, start in zip(returns, lengths, starts, strict=True):
+            tf.summary.scalar("episode/return", episode_return)
+            tf.summary.scalar("episode/length_frames", length)
+            if start >= 0:
+                tf.summary.scalar("episode/start_frames", float(start))
+                parity = "odd" if start % 2 else "even"
+                tf.summary.scalar(f"episode/return_{parity}_start", episode_return)
+    writer.close()
 
-    def points(folder):
-        (path,) = (folder).glob("events.*")
+    def events(folder):
+        (path,) = folder.glob("events.*")
         return [
-            (event.step, value.SerializeToString(deterministic=True))
+            [
+                (event.step, value.SerializeToString(deterministic=True))
+                for value in event.summary.value
+            ]
             for event in tf.compat.v1.train.summary_iterator(str(path))
-            for value in event.summary.value
+            if event.HasField("summary")
         ]
 
-    expected = points(tmp_path / "scalar")
-    assert len(expected) == 6 and points(tmp_path / "learner") == expected
+    expected, written = events(tmp_path / "scalar"), events(tmp_path / "learner")
+    assert len(expected) == 10 and len(written) == 1
+    assert written[0] == [point for (point,) in expected]
 
 
 def test_by_parity_draws_the_games_of_each_start_parity_as_a_run(tmp_path, capsys):

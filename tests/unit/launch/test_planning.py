@@ -72,6 +72,20 @@ def test_mpirun_command_groups_slots_by_host_in_rank_order():
     assert "--allow-run-as-root" not in planning.mpirun_command(["h1"], ["x"], as_root=False)
 
 
+def test_waiting_ranks_yield_unless_the_user_says_otherwise(monkeypatch):
+    """mpirun refuses a setting given twice, and its command line overrides the environment: a
+    value of the user's, in mpirun's options or in Open MPI's variable, is left to decide."""
+    monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle", raising=False)
+    yielding = ["--mca", "mpi_yield_when_idle", "1"]
+    assert planning.shell_line(yielding) in planning.shell_line(
+        planning.mpirun(["h1", "h1"], [], [["x"]], np_first=True)
+    )
+    told = planning.mpirun(["h1"], ["--mca", "mpi_yield_when_idle", "0"], [["x"]])
+    assert told.count("mpi_yield_when_idle") == 1 and told[-3:] == ["mpi_yield_when_idle", "0", "x"]
+    monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", "0")
+    assert "mpi_yield_when_idle" not in planning.mpirun(["h1"], [], [["x"]])
+
+
 def test_shell_line_round_trips_awkward_values():
     argv = ["python", "--level_name=ALE/Pong-v5", "--logdir=/tmp/a b", "--x=it's"]
     assert shlex.split(planning.shell_line(argv)) == argv
