@@ -6,6 +6,7 @@ fitted to that predicts 2, 4 and 8 machines.
   python -m benchmarks.scaling --rates=1gbit --compression=fp16 --repeats=20
   python -m benchmarks.scaling --mca=btl_tcp_links=4     # an Open MPI setting for the ranks
   python -m benchmarks.scaling --train_batches=0         # the all-reduce alone, no training
+  python -m benchmarks.scaling --batch_reuse=1           # one optimisation step a batch, not 6
 
 Run as root: it makes two network namespaces joined by a veth pair (10.77.0.1/24 and
 10.77.0.2/24, inside the namespaces only; names carry this process's id), and holds both ends
@@ -89,6 +90,7 @@ from benchmarks.scaling_model import (
     StepCompute,
     fit,
     gap_lines,
+    learner_config,
     model_lines,
     ms,
     table_lines,
@@ -116,6 +118,13 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_float(
     "step_seconds", 10.0, "How long the train step alone is measured.", lower_bound=0.01
+)
+flags.DEFINE_integer(
+    "batch_reuse",
+    None,
+    "Optimisation steps on each batch (the learner's --batch_reuse), in the train step alone, "
+    "the model's all-reduces per batch and the ranks' training; default: the learner's.",
+    lower_bound=1,
 )
 flags.DEFINE_multi_string(
     "mca",
@@ -205,7 +214,8 @@ def checked_mca() -> dict[str, str]:
 
 
 def measure_step(seconds: float) -> StepCompute:
-    """One learner's train step with the default config, on this machine, without Horovod."""
+    """One learner's train step with the default config (and --batch_reuse), on this machine,
+    without Horovod."""
     # TensorFlow loads here: a bad flag or a missing tool is reported before it.
     from benchmarks import stages
     from impala import configs
@@ -213,7 +223,7 @@ def measure_step(seconds: float) -> StepCompute:
 
     job = configs.LearnerJobConfig()
     env_info, agent = start.build_agent(job)
-    config = job.learner
+    config = learner_config(job, FLAGS.batch_reuse)
     stage = stages.measure_train(
         agent, env_info.observation_shape, env_info.observation_dtype, config, seconds
     )
@@ -241,6 +251,7 @@ def measure_links(
             checked_mca(),
             FLAGS.train_batches,
             trained,
+            FLAGS.batch_reuse,
         )
     )
     try:

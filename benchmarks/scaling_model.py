@@ -180,6 +180,14 @@ def model_lines(ready: dict, compressions: list[str]) -> list[str]:
 SCHEMES = ("synchronous", "asynchronous")
 
 
+def learner_config(job, batch_reuse: int | None):
+    """`job`'s learner hyperparameters (a `configs.LearnerJobConfig`'s), with `batch_reuse`
+    optimisation steps on each batch where given."""
+    if not batch_reuse:
+        return job.learner
+    return dataclasses.replace(job.learner, batch_reuse=batch_reuse)
+
+
 def train_key(scheme: str, compression: str) -> str:
     """The name of one train-step measurement in the ranks' results."""
     return f"{scheme} {compression}"

@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import stages
-from benchmarks.scaling_model import SCHEMES, UNSHAPED, train_key
+from benchmarks.scaling_model import SCHEMES, UNSHAPED, learner_config, train_key
 from impala import configs
 from impala.learner import allreduce, start
 
@@ -121,6 +121,7 @@ def measure(tensors, reducers, vote, warmup: int, repeats: int, training) -> dic
 def main(argv: list[str]) -> int:
     warmup, repeats, compressions = int(argv[1]), int(argv[2]), argv[3].split(",")
     train_batches, train_compressions = int(argv[4]), argv[5].split(",")
+    batch_reuse = int(argv[7])  # 0: the learner's default
     topology = allreduce.init(num_learners=2)  # the two ranks mpirun started
     job = configs.LearnerJobConfig()
     env_info, agent = start.build_agent(job)
@@ -133,10 +134,11 @@ def main(argv: list[str]) -> int:
     vote = tf.function(lambda: allreduce.every_learner(tf.constant(True)), autograph=False)
     training = None
     if train_batches:
+        config = learner_config(job, batch_reuse)
         batch = stages.train_batch(
-            agent, env_info.observation_shape, env_info.observation_dtype, job.learner
+            agent, env_info.observation_shape, env_info.observation_dtype, config
         )
-        built = trainers(agent, job.learner, train_compressions, topology.rank)
+        built = trainers(agent, config, train_compressions, topology.rank)
         training = (built, batch, train_batches)
     if topology.is_chief:
         ready = {

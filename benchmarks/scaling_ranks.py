@@ -44,6 +44,7 @@ def ranks_command(
     extra_mca: dict[str, str],
     train_batches: int,
     train_compressions: list[str],
+    batch_reuse: int | None = None,
 ) -> list[str]:
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
@@ -66,7 +67,7 @@ def ranks_command(
         argv += ["--mca", name, value]
     argv += [sys.executable, "-u", "-m", "benchmarks.scaling_rank"]
     argv += [str(warmup), str(repeats), ",".join(compressions), str(train_batches)]
-    argv += [",".join(train_compressions), link.tag]
+    argv += [",".join(train_compressions), link.tag, str(batch_reuse or 0)]
     return link.in_namespace(0, argv)
 
 

@@ -20,6 +20,7 @@ QUICK = [
     "--warmup=1",
     "--step_seconds=0.3",
     "--train_batches=1",
+    "--batch_reuse=1",  # one step a batch, not six: the schemes' figures, not their size
     "--train_compression=none",  # fp16 gradients in training: tests/unit/learner/test_two_learners
 ]
 
@@ -158,6 +159,7 @@ def test_flags_are_refused_in_one_line():
         ),
         ("--repeats=0", "flag --repeats=0: 0 is not a positive integer"),
         ("--train_batches=-1", "flag --train_batches=-1: -1 is not a non-negative integer"),
+        ("--batch_reuse=0", "flag --batch_reuse=0: 0 is not a positive integer"),
         ("--bogus", "Unknown command line flag 'bogus'"),
     ]:
         completed = subprocess.run(
