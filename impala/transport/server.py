@@ -300,15 +300,21 @@ class LearnerService:
             self._refusals.count(refused.reason)
             return STATUS.pack(REFUSED)
         trajectories = steps.prev_action.shape[1]
-        if self._synchronous:
-            with self._admission:
-                if weight_version != self._published_version:  # acted with older weights
-                    with self._lock:
-                        self._stale += trajectories
-                    return STATUS.pack(ACCEPTED)  # and dropped: the actor acts again
+        try:
+            if self._synchronous:
+                with self._admission:
+                    if weight_version != self._published_version:  # acted with older weights
+                        with self._lock:
+                            self._stale += trajectories
+                        return STATUS.pack(ACCEPTED)  # and dropped: the actor acts again
+                    admitted = self._queue.admit(actor_task, weight_version, steps, agent_state)
+            else:
                 admitted = self._queue.admit(actor_task, weight_version, steps, agent_state)
-        else:
-            admitted = self._queue.admit(actor_task, weight_version, steps, agent_state)
+        except tf.errors.OpError:
+            # The learner finished between the check above and here, and closed its store.
+            if not self._finished:
+                raise
+            return STATUS.pack(FINISHED)
         if not admitted:
             return STATUS.pack(QUEUE_FULL)
         with self._lock:

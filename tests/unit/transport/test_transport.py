@@ -38,6 +38,7 @@ from impala.transport import (
     wire,
 )
 from impala.transport import client as client_module
+from impala.transport.queueing import TrajectoryQueue
 from impala.transport.roster import ROOM_ASKING_SECS
 from impala.transport.serving import check_listening_address
 
@@ -642,6 +643,23 @@ def test_close_releases_an_actor_waiting_for_room(make_service):
     service.close()
     sending.join()
     assert isinstance(sending.error, LearnerFinishedError), repr(sending.error)
+
+
+def test_a_chunk_arriving_as_the_learner_finishes_hears_that_it_finished(make_service, monkeypatch):
+    # The learner finishes (closing its store) after the service checked that it still
+    # trains and before the store takes the chunk: an error from the closed store, which the
+    # actor took for a broken learner, is not the answer.
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec)
+    admit = TrajectoryQueue.admit
+
+    def finishing_first(queue, *chunk):
+        service.close()
+        return admit(queue, *chunk)
+
+    monkeypatch.setattr(TrajectoryQueue, "admit", finishing_first)
+    with pytest.raises(LearnerFinishedError):
+        _client(address, spec).send(_unroll(spec, 1, np.random.default_rng(15)))
 
 
 # ---- The trajectory store -------------------------------------------------------------------
