@@ -13,6 +13,7 @@ import sys
 import threading
 
 from benchmarks import scaling_link
+from impala.launch import mpi_settings
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _MARK = "SCALING "  # benchmarks.scaling_rank's result lines
@@ -49,9 +50,8 @@ def ranks_command(
     """mpirun, inside namespace A, starting rank 0 there and rank 1 in namespace B."""
     subnet = scaling_link.SUBNET
     mca = {
-        # Waiting ranks yield their core, as the learners' mpirun has them do
-        # (impala/launch/planning.py); the extra options may say otherwise.
-        "mpi_yield_when_idle": "1",
+        # The learners' own settings (waiting ranks yield their core), unless --mca says otherwise.
+        **mpi_settings.default_mca(),
         **extra_mca,
         "plm_rsh_agent": agent,
         "oob_tcp_if_include": subnet,

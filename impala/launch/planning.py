@@ -7,12 +7,12 @@ commands as strings.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from impala import flags as impala_flags
 from impala import run_folder
+from impala.launch import mpi_settings
 
 
 def forwarded_flags(values: Mapping[str, object]) -> list[str]:
@@ -92,9 +92,6 @@ def mpirun_command(
     return mpirun(hosts, [*options, *extra], [command], np_first=True)
 
 
-YIELD_SETTING = "mpi_yield_when_idle"
-
-
 def mpirun(
     hosts: Sequence[str],
     options: Sequence[str],
@@ -119,14 +116,11 @@ def mpirun(
     # Learners are few and each uses several threads: no binding to one core, and rank r goes
     # to the r-th host listed.
     argv += ["--bind-to", "none", "--map-by", "slot"]
-    # A rank waiting in MPI (Horovod's coordination, an all-reduce whose other rank is still
-    # computing) gives its core away instead of polling: the actors share the learners' cores.
-    # Open MPI yields by itself only when ranks outnumber the slots, which they never do here.
-    # Measured in docs/throughput-history.md ("Learners that wait give their core away"). A
-    # value the user gives (OMPI_MCA_mpi_yield_when_idle here, or in `options`) decides instead:
-    # mpirun refuses a setting given twice, and its command line overrides the environment.
-    if YIELD_SETTING not in options and f"OMPI_MCA_{YIELD_SETTING}" not in os.environ:
-        argv += ["--mca", YIELD_SETTING, "1"]
+    # The learners' Open MPI settings (impala/launch/mpi_settings.py), unless `options` give one
+    # too: mpirun refuses a setting given twice.
+    for name, value in mpi_settings.default_mca().items():
+        if name not in options:
+            argv += ["--mca", name, value]
     argv += options
     for index, context in enumerate(app_contexts):
         argv += [*([":"] if index else []), *context]

@@ -14,6 +14,7 @@ from absl.flags import IllegalFlagValueError
 from absl.testing import flagsaver
 
 import experiment
+from benchmarks import scaling_link, scaling_ranks
 from impala import flags as impala_flags
 from impala import run_folder, run_secret, run_tls
 from impala.launch import planning, ports, single_host, supervisor
@@ -84,6 +85,16 @@ def test_waiting_ranks_yield_unless_the_user_says_otherwise(monkeypatch):
     assert told.count("mpi_yield_when_idle") == 1 and told[-3:] == ["mpi_yield_when_idle", "0", "x"]
     monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", "0")
     assert "mpi_yield_when_idle" not in planning.mpirun(["h1"], [], [["x"]])
+    # The scaling benchmark's ranks, which stand for the learners, follow the same rule.
+    link = scaling_link.Link.for_pid(1)
+    ranks = scaling_ranks.ranks_command(link, "agent", 1, 1, ["none"], {}, 0, ["none"])
+    assert "mpi_yield_when_idle" not in ranks
+    monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle")
+    ranks = scaling_ranks.ranks_command(link, "agent", 1, 1, ["none"], {}, 0, ["none"])
+    assert planning.shell_line(yielding) in planning.shell_line(ranks)
+    told = {"mpi_yield_when_idle": "0"}
+    ranks = scaling_ranks.ranks_command(link, "agent", 1, 1, ["none"], told, 0, ["none"])
+    assert planning.shell_line(["--mca", "mpi_yield_when_idle", "0"]) in planning.shell_line(ranks)
 
 
 def test_shell_line_round_trips_awkward_values():
