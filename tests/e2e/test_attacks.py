@@ -286,13 +286,7 @@ class Learner:
         ):
             time.sleep(0.02)
             counted = self.refusals()
-        for reason in set(counted) | set(self.counted_high):
-            assert self.counted_low[reason] <= counted[reason] <= self.counted_high[reason], (
-                reason,
-                counted,
-                self.counted_low,
-                self.counted_high,
-            )
+        self._check_within_expected(counted)
         if self.counted_high != self.counted_low:
             # A call gRPC may have answered in the learner's place (`expect`'s `maybe`) can be
             # counted after the read above: its handler may run after the caller has gRPC's
@@ -307,17 +301,22 @@ class Learner:
                 lambda: f"the learner reported no two steps:\n{self.log()[-3000:]}",
             )
             counted = self.refusals()
-            for reason in set(counted) | set(self.counted_high):
-                assert self.counted_low[reason] <= counted[reason] <= self.counted_high[reason], (
-                    reason,
-                    counted,
-                )
+            self._check_within_expected(counted)
         # What gRPC answered in its place is now known to be counted or not.
         self.counted_low, self.counted_high = collections.Counter(counted), counted
         assert self.steps() > steps_before, f"no training since step {steps_before}"
         assert f"return {EPISODE_RETURN:.1f} (" in self.log()[offset:], "a fake return counted"
         self.check_alive()
         return counted
+
+    def _check_within_expected(self, counted: collections.Counter) -> None:
+        for reason in set(counted) | set(self.counted_high):
+            assert self.counted_low[reason] <= counted[reason] <= self.counted_high[reason], (
+                reason,
+                counted,
+                self.counted_low,
+                self.counted_high,
+            )
 
     def check_alive(self) -> None:
         assert self.process.poll() is None, self.log()[-3000:]
