@@ -270,7 +270,7 @@ def main(argv: list[str]) -> int:
     if FLAGS.private_run_files:
         # Before anything is written: checkpoints, events, summaries, videos.
         run_folder.keep_private()
-    apply_preset()
+    apply_preset(single_process=FLAGS.mode == "train" and FLAGS.job_name == "local")
     _leave_out_keras()
     tensorflow_import.standard_distutils()
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from impala import configs, run_folder
 from impala import flags as experiment_flags
-from impala import run_folder
 from impala.envs import catch
 
 
@@ -58,10 +58,12 @@ def configuration_values(benchmark: Benchmark, preset: str = "") -> dict[str, ob
     values = {
         name: experiment_flags.unset_value(name, preset) for name in experiment_flags.flag_values()
     }
+    fixed = set(experiment_flags.PRESETS.get(preset, {}))
     for flag in benchmark.flags:
         name, _, text = flag.removeprefix("--").partition("=")
         values[name] = experiment_flags.FLAGS[name].parser.parse(text)
-    return values
+        fixed.add(name)
+    return {**values, **configs.implied_defaults(values, fixed)}
 
 
 def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:

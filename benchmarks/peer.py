@@ -21,8 +21,8 @@ throughput: runs it for `--seconds` under `timeout` (its own `--train_for_second
   it in 2.1.1), in a new temporary train_dir, and prints its throughput in emulator frames/s:
   its log's 60-s figure, from the last line whose 60 s all come after the first `--skip_seconds`
   (start-up and warm-up), and the samples (agent steps) it collected. `--num_epochs` sets its
-  passes over each frame (its default 4; ours makes 6 with --batch_reuse=6, so
-  `--num_epochs=6` compares the same work per frame). Its log is kept as
+  passes over each frame (its default 4; ours makes about 6: 3 passes over batches half
+  fresh, half replayed, so `--num_epochs=6` compares the same work per frame). Its log is kept as
   `<peer folder>/throughput-last.log`.
 pong: trains into `--out_dir` to `--frames` emulator frames (Sample Factory's
   `--train_for_env_steps` counts emulator frames, agent steps x 4): its train_dir `sf/`

@@ -131,24 +131,43 @@ def _field_value(field: dataclasses.Field) -> Any:
     return value
 
 
-def apply_preset() -> None:
-    """Gives the flags of `--preset` their preset values, unless given on the command line."""
-    for name, value in PRESETS.get(FLAGS.preset, {}).items():
+def apply_preset(single_process: bool = False) -> None:
+    """Gives the flags of `--preset` their preset values, then those whose default follows other
+    flags their implied value (`configs.implied_defaults`; `single_process` for a process that
+    trains alone, --job_name=local), unless given on the command line."""
+    preset = PRESETS.get(FLAGS.preset, {})
+    for name, value in preset.items():
         if not FLAGS[name].present:
             FLAGS[name].value = value
+    _imply(set(preset), single_process)
+
+
+def _imply(fixed: set[str], single_process: bool = False) -> None:
+    """Sets the flags whose default follows other flags, except the given ones and `fixed`."""
+    own = FLAGS.get_flags_for_module(sys.modules[__name__])
+    fixed = fixed | {flag.name for flag in own if flag.present}
+    values = {flag.name: flag.value for flag in own}
+    implied = configs.implied_defaults(values, fixed, single_process=single_process)
+    for name, value in implied.items():
+        FLAGS[name].value = value
 
 
 @contextlib.contextmanager
 def as_forwarded(forwarded: Mapping[str, object]) -> Iterator[None]:
     """Gives this module's flags, until the block ends, the values a run's processes get when a
     launcher passes on `forwarded` (flag name -> value): those, then --preset's, then the
-    defaults. For launchers, to check those values as the processes will."""
+    defaults (those that follow other flags as they follow them). For launchers, to check those
+    values as the processes will."""
     own = FLAGS.get_flags_for_module(sys.modules[__name__])
     kept = {flag.name: flag.value for flag in own}
     preset = PRESETS.get(forwarded.get("preset", FLAGS["preset"].default), {})
     try:
         for flag in own:
             flag.value = forwarded.get(flag.name, preset.get(flag.name, flag.default))
+        values = {flag.name: flag.value for flag in own}
+        implied = configs.implied_defaults(values, set(forwarded) | set(preset))
+        for name, value in implied.items():
+            FLAGS[name].value = value
         yield
     finally:
         for flag in own:

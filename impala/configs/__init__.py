@@ -47,6 +47,7 @@ from impala.configs.roles import (
     ActorJobConfig,
     LearnerJobConfig,
     LocalConfig,
+    implied_defaults,
 )
 
 # The configs whose declared fields are experiment.py's flags, in the order --help lists them.
@@ -78,6 +79,7 @@ __all__ = [
     "check_frame_skip",
     "check_learner_hosts",
     "check_repeat_action_probability",
+    "implied_defaults",
     "parse_address",
     "preset_config",
 ]

@@ -19,6 +19,10 @@ from impala.configs.declare import (
 REWARD_CLIPPING_CHOICES = ("abs_one", "soft_asymmetric", "none")
 OPTIMIZER_CHOICES = ("rmsprop", "adam")
 POLICY_CLIP_CENTER_CHOICES = ("behaviour", "learner")
+# --batch_reuse's defaults: passes over a batch that mixes in replayed trajectories (half of it,
+# by default), and over a batch of fresh ones only (roles.implied_defaults chooses).
+BATCH_REUSE_REPLAYING = 3
+BATCH_REUSE_FRESH = 6
 
 
 @config
@@ -32,10 +36,12 @@ class LearnerConfig:
     batch_size: int = setting(16, "Trajectories per learner batch.", check=at_least(1))
     unroll_length: int = setting(20, "Agent steps per trajectory.", check=at_least(1))
     batch_reuse: int = setting(
-        6,
+        BATCH_REUSE_REPLAYING,
         "Passes (epochs) the learner makes over each batch, each of --num_batches_per_epoch "
         "optimisation steps (V-trace corrects for the policy having moved); Sample Factory's "
-        "--num_epochs, which is accepted too.",
+        "--num_epochs, which is accepted too. Default 3 when batches mix in replayed "
+        f"trajectories (--replay_parameters' default), {BATCH_REUSE_FRESH} when every "
+        "trajectory is fresh: either way each fresh trajectory is trained on about 6 times.",
         check=at_least(1),
         aliases=("num_epochs",),
     )
@@ -216,6 +222,7 @@ PRESETS: dict[str, dict[str, object]] = {
         "unroll_length": 20,
         "batch_reuse": 1,
         "num_batches_per_epoch": 1,
+        "replay_parameters": "",
         "vtrace_lambda": 1.0,
         "normalize_advantages": False,
         "policy_clip": 0.0,

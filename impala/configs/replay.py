@@ -5,9 +5,9 @@ IMPALA platforms write them (one JSON list, one object per replay):
      {"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]
 
 Types and their keys:
-  queue     `capacity`, `sample_ratio`: first in, first out, each trajectory taken once (today's
-            store). Its capacity counts batches of its share: capacity 1 holds one batch's share,
-            which is plain on-policy pass-through.
+  queue     `capacity`, `sample_ratio`: first in, first out, each trajectory taken once (the
+            store of an all-fresh batch). Its capacity counts batches of its share: capacity 1
+            holds one batch's share, which is plain on-policy pass-through.
   standard  `capacity`, `sample_ratio`: uniform replay of stored trajectories; its capacity
             counts trajectories (unrolls), the oldest evicted first.
   custom    `capacity` (trajectories), `sample_ratio`, `dist_function` (ln_norm, cos_dist or
@@ -19,6 +19,10 @@ The ratios are positive and sum to 1. A batch of B trajectories takes `batch_sha
 replay's ratio x B rounded down, and the trajectories left over one each to the replays with
 the largest remainders (the earlier replay on a tie), so the batch keeps its size; a replay
 whose share would be 0 trajectories is refused.
+
+The list above is the default (`DEFAULT`); '' (or a queue alone) trains on fresh trajectories
+only, as IMPALA does, and is the default with synchronous collection or a --queue_capacity
+(`roles.implied_defaults`).
 
 TensorFlow-free: the launchers check it before anything starts.
 """
@@ -46,6 +50,13 @@ _CUSTOM_KEYS = (
 )
 # Far above any machine's memory in trajectories of Atari frames (each about 600 KB).
 MAX_CAPACITY = 10_000_000
+# The default mix: half of each batch fresh, half replayed uniformly from the last 1,000
+# trajectories (566 MiB of Atari frames). On Pong it reached +18 sooner than all-fresh
+# batches on each of seeds 0, 1 and 2, at 0.97 of their frames/s (docs/learning-history.md).
+DEFAULT = (
+    '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
+    '{"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]'
+)
 # Far above any flag a user types.
 MAX_TEXT = 64 << 10
 
@@ -66,7 +77,7 @@ class Replay:
 
 
 def parse(text: str) -> tuple[Replay, ...]:
-    """The replays `text` lists; () for an empty text (no flag: today's queue).
+    """The replays `text` lists; () for an empty text (every trajectory fresh, from one queue).
 
     Raises:
       ValueError: one line naming the flag, the replay (its place in the list and type) and
@@ -172,6 +183,11 @@ def _choice(where: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value.lower() not in choices:
         raise ValueError(f"{where}: {key} must be one of {', '.join(choices)}, not {value!r}")
     return value.lower()
+
+
+def replays_any(replays: tuple[Replay, ...]) -> bool:
+    """Whether a batch of this mix holds replayed trajectories: () and a queue alone do not."""
+    return any(replay.type != "queue" for replay in replays)
 
 
 def check_buildable(replays: tuple[Replay, ...]) -> None:

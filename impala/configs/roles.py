@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from impala import run_folder
@@ -25,7 +25,7 @@ from impala.configs.declare import (
     setting,
 )
 from impala.configs.game import GameConfig
-from impala.configs.learner import LearnerConfig
+from impala.configs.learner import BATCH_REUSE_FRESH, BATCH_REUSE_REPLAYING, LearnerConfig
 from impala.configs.pbt import PbtConfig
 
 # The network a run trains unless told otherwise (`--agent_name`): the Nature DQN's, PPO's Atari
@@ -44,6 +44,38 @@ GRAD_WORKERS_COMMUNICATIONS = ("synchronous", "asynchronous")
 GRADIENT_COMPRESSIONS = ("none", "fp16")
 # Policies one run may train (`--num_policies`): each is a learner group with its own actors.
 MAX_POLICIES = 64
+
+
+def implied_defaults(
+    values: Mapping[str, Any], fixed: Collection[str], *, single_process: bool = False
+) -> dict[str, Any]:
+    """The flags whose default follows other flags, for those not in `fixed` (the flags given
+    on the command line or by --preset):
+      replay_parameters: '' (every trajectory fresh) with synchronous collection, a
+        --queue_capacity, or a single process (none of which replays); else `replay.DEFAULT`.
+      batch_reuse: 3 passes over a batch that mixes in replayed trajectories, 6 over one of
+        fresh trajectories only.
+
+    Args:
+      values: every flag's value as the process has it (name -> value).
+      single_process: for --job_name=local, whose one process has no replay.
+    """
+    implied = {}
+    replay_text = values["replay_parameters"]
+    if "replay_parameters" not in fixed:
+        fresh_only = (
+            single_process
+            or values["col_workers_communication"] == "synchronous"
+            or bool(values["queue_capacity"])
+        )
+        replay_text = implied["replay_parameters"] = "" if fresh_only else replay.DEFAULT
+    if "batch_reuse" not in fixed:
+        try:
+            replaying = replay.replays_any(replay.parse(replay_text)) and not single_process
+        except ValueError:
+            replaying = True  # the config's check names what is wrong; the default stays
+        implied["batch_reuse"] = BATCH_REUSE_REPLAYING if replaying else BATCH_REUSE_FRESH
+    return implied
 
 
 @config
@@ -165,17 +197,17 @@ class LearnerJobConfig(_Connected):
     )
     queue_capacity: int = setting(
         0,
-        "Trajectories a learner queues before actors block (0: one batch, so that the learner "
-        "trains on data its policy has moved little from).",
+        "Trajectories a learner queues before actors block (0: one batch's share, so that the "
+        "learner trains on data its policy has moved little from). Another value implies "
+        "--replay_parameters='' (every trajectory fresh).",
         check=non_negative(),
     )
     replay_parameters: str = setting(
-        "",
-        'Replays each batch mixes, a JSON list: \'[{"type": "queue", "capacity": 1, '
-        '"sample_ratio": 0.5}, {"type": "standard", "capacity": 1000, '
-        '"sample_ratio": 0.5}]\' (one queue of fresh trajectories, capacity in batches of its '
-        "share; standard: uniform; custom: elite sampling; impala/configs/replay.py). '': all "
-        "fresh.",
+        replay.DEFAULT,
+        "Replays each batch mixes, a JSON list: one queue of fresh trajectories; standard: "
+        "uniform replay; custom: elite sampling (impala/configs/replay.py). The default replays "
+        "half of each batch uniformly from the last 1,000 trajectories. '': every trajectory "
+        "fresh, the default with --col_workers_communication=synchronous or --queue_capacity.",
         check=lambda name, value: replay.parse(value) and None,
     )
     grad_workers_communication: str = setting(
@@ -277,6 +309,11 @@ class LearnerJobConfig(_Connected):
                 "a policy another's weight version, which its waiting actors would not follow)"
             )
         batch_size = self.learner.batch_size
+        if not (self.queue_capacity == 0 or self.queue_capacity >= batch_size):
+            raise ValueError(
+                f"--queue_capacity={self.queue_capacity}: must be 0 or at least "
+                f"--batch_size={batch_size}, or no batch ever fills"
+            )
         if self.replays:
             replay.check_buildable(self.replays)
             replay.batch_shares(self.replays, batch_size)
@@ -285,11 +322,6 @@ class LearnerJobConfig(_Connected):
                     f"--queue_capacity={self.queue_capacity}: with --replay_parameters the "
                     "queue's capacity is its entry's; leave --queue_capacity at 0"
                 )
-        if not (self.queue_capacity == 0 or self.queue_capacity >= batch_size):
-            raise ValueError(
-                f"--queue_capacity={self.queue_capacity}: must be 0 or at least "
-                f"--batch_size={batch_size}, or no batch ever fills"
-            )
 
 
 @config

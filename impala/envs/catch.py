@@ -24,7 +24,8 @@ CATCH_LEVEL = "impala/Catch-v0"
 # Flags that learn Catch through the distributed path in about 40k frames (18 catches in 20 games):
 # small batches and Adam, and the entropy bonus they were measured with (0.01, also Pong's
 # default), four steps per batch and the learning rate annealed to 0 over the whole short budget
-# (the paper's schedule), which they were measured with. The learning test and
+# (the paper's schedule), which they were measured with, every trajectory fresh (the replay
+# learning test adds its own mix). The learning test and
 # `make bench-learning ARGS=--config=catch` use them.
 QUICK_LEARNING_FLAGS = (
     f"--level_name={CATCH_LEVEL}",
@@ -38,6 +39,7 @@ QUICK_LEARNING_FLAGS = (
     "--num_envs_per_actor=8",
     "--entropy_cost=0.01",
     "--batch_reuse=4",
+    "--replay_parameters=",
     "--learning_rate_anneal_frames=0",
     "--learning_rate_cooldown_fraction=0",
 )

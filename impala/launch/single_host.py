@@ -91,8 +91,9 @@ def plan(
 
 
 # What a run trained with before a flag existed, for the flags whose default has changed since:
-# the cooldown (2026-11-29; the default is a 15% cooldown since 2026-12-04).
-_BEFORE_THE_FLAG = {"learning_rate_cooldown_fraction": 0.0}
+# the cooldown (2026-11-29; the default is a 15% cooldown since 2026-12-04) and replay
+# (2026-12-05; the default replays half of each batch since 2026-12-07).
+_BEFORE_THE_FLAG = {"learning_rate_cooldown_fraction": 0.0, "replay_parameters": ""}
 
 
 def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:

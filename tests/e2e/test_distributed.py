@@ -78,6 +78,8 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(
             f"--logdir={tmp_path / 'runs'}",
             f"--secret_file={processes.secret_file}",
             mode,
+            # Every trajectory fresh: each one in exactly one batch, as the checks below count.
+            "--replay_parameters=",
         ],
     )
     actors = [
@@ -253,9 +255,11 @@ def test_two_learners_under_mpirun_stay_identical_and_serve_only_their_actors(pa
     resumed = pair_run.resumed
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     first, second = pair_run.finished
-    # 2400 frames in all / (2 learners x 4 trajectories x 5 steps) = 60 steps on each learner.
+    # 2400 frames in all are 240 trajectories of 5 steps for each learner. With the default
+    # replay a start's first step takes 4 fresh ones (its replay is empty), the later ones 2
+    # fresh and 2 replayed: 4 + 2 x 58 + 4 + 2 x 58 = 240 in 118 steps over the two starts.
     stopped_steps = pair_run.stopped[0]["steps"]
-    assert first["steps"] == second["steps"] == 60 - stopped_steps
+    assert first["steps"] == second["steps"] == 118 - stopped_steps
     assert first["frames"] == second["frames"] == 2400
     assert first["weights_sha256"] == second["weights_sha256"]
     assert set(first["trajectories_by_actor"]) == {"0"}
@@ -284,7 +288,11 @@ def test_two_learners_stopped_with_ctrl_c_save_at_the_same_step_and_resume_with_
     assert finished[0]["resumed_from"]  # rank 0 restores, then broadcasts to every rank
     assert finished[0]["frames"] == finished[1]["frames"] == 2400
     assert finished[0]["weights_sha256"] == finished[1]["weights_sha256"]
-    assert (stopped[0]["steps"] + finished[0]["steps"]) * 2 * 4 * UNROLL_LENGTH == 2400
+    # Each start's replays begin empty: its first step takes 4 fresh trajectories a learner,
+    # the later ones 2 (the default replays the other half).
+    fresh = [4 + 2 * (start["steps"] - 1) for start in (stopped[0], finished[0])]
+    assert stopped[0]["frames"] == 2 * fresh[0] * UNROLL_LENGTH
+    assert 2 * sum(fresh) * UNROLL_LENGTH == 2400
 
 
 def test_mismatched_actor_is_refused_and_the_learner_keeps_serving_after_an_actor_dies(

@@ -81,7 +81,8 @@ def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
         "--unroll_length=5",
         "--batch_size=4",
         "--num_envs_per_actor=2",
-        "--total_environment_frames=1000",  # 13 learner steps of 80 frames.
+        # 24 learner steps: 80 fresh frames, then 40 (the default mix replays half a batch).
+        "--total_environment_frames=1000",
     ]
     trainer = processes.experiment(
         "learner", "--job_name=learner", f"--logdir={tmp_path}", "--experiment=run", *common
@@ -95,7 +96,7 @@ def test_a_trained_run_plays_and_records_its_games(processes, tmp_path):
     assert result.returncode == 0, result.stderr
     loaded = re.search(
         rf"checkpoint {run_dir}/checkpoints/(ckpt-\d+): {BREAKOUT} with ShallowConvNetAgent, "
-        r"1,040 frames",
+        r"1,000 frames",
         result.stdout,
     )
     assert loaded, result.stdout

@@ -46,6 +46,9 @@ def test_a_learner_skips_counts_and_survives_a_batch_whose_step_is_not_finite(pr
         f"--unroll_length={UNROLL_LENGTH}",
         f"--batch_size={BATCH_SIZE}",
         "--total_environment_frames=1e9",
+        # Every trajectory fresh: the hostile batch is trained on in its 6 passes only, where a
+        # replay would sample its trajectories again at random.
+        "--replay_parameters=",
         f"--logdir={tmp_path}",
         "--experiment=run",
     )
@@ -90,7 +93,7 @@ def test_a_learner_skips_counts_and_survives_a_batch_whose_step_is_not_finite(pr
 
     log = processes.log(learner)
     assert "step 1 skipped an optimisation step: its loss or gradients were not finite" in log
-    # The flags' default of six steps a batch: all six of the hostile batch's were skipped.
+    # Six passes over a batch of fresh trajectories: all six of the hostile batch's skipped.
     assert "(6 steps skipped: not finite)" in log
     summary = json.loads((run_dir / "learner_0.json").read_text())
     assert (summary["steps"], summary["skipped_steps"]) == (3, 6)

@@ -19,7 +19,8 @@ from impala.launch.ports import free_ports
 from impala.learner import checkpoints
 from tests.helpers import ROOT, read_text, wait_until
 
-# Frames: one learner step is 4 trajectories x 5 agent steps x 1 frame = 20 frames.
+# Frames: a learner step takes 4 trajectories x 5 agent steps x 1 frame = 20 fresh frames when
+# its replay is empty (a start's first step), then 2 fresh and 2 replayed: 10 (the default mix).
 BUDGET = 2_000
 
 
@@ -84,7 +85,8 @@ def test_learner_stopped_by_sigterm_resumes_where_it_stopped(processes, tmp_path
     assert re.findall(r"^\S+   step (\d+) \|", log, re.M)[0] == str(stopped["weights_version"] + 1)
     finished = json.loads(read_text(run_dir / "learner_0.json"))
     assert finished["frames"] >= BUDGET and not finished["stopped_early"]
-    assert finished["steps"] == (BUDGET - stopped["frames"] + 19) // 20
+    # The replay starts empty again on the resume: 20 fresh frames, then 10 a step.
+    assert finished["steps"] == 1 + (BUDGET - stopped["frames"] - 20 + 9) // 10
     assert finished["weights_version"] == stopped["weights_version"] + finished["steps"]
     assert finished["training_secs"] > stopped["training_secs"] > 0
     kept, _ = checkpoints.listed(str(run_dir / "checkpoints"))

@@ -6,6 +6,7 @@ from absl.testing import flagsaver
 import experiment
 import networks
 from impala import configs
+from impala import flags as impala_flags
 from impala.learner import optimise
 
 FLAGS = experiment.FLAGS
@@ -101,9 +102,12 @@ def test_every_preset_flag_is_an_experiment_flag_of_the_right_type(name):
     value = experiment.PRESETS["paper"][name]
     assert name in FLAGS
     assert isinstance(value, type(FLAGS[name].default)), name
-    # The network is every role's flag; the rest are the learner's hyperparameters.
+    # The network is every role's flag; the replays the learner job's; the rest are the
+    # learner's hyperparameters.
     if name == "agent_name":
         assert value in networks.AGENTS
+    elif name == "replay_parameters":
+        assert configs.replay.parse(value) == ()  # the paper's: every trajectory fresh
     else:
         assert hasattr(configs.LearnerConfig(), name)
 
@@ -132,3 +136,70 @@ def test_a_frame_count_that_is_not_a_whole_number_is_a_one_line_error(flag, valu
         ValueError, match=f"^--{flag}={value}: must be a finite, whole number of frames$"
     ):
         _config_from(f"--{flag}={value}")
+
+
+# Defaults that follow other flags (configs.implied_defaults): half of each batch replayed and 3
+# passes over it, unless nothing replays; then every trajectory fresh and 6 passes.
+_MIX = configs.replay.DEFAULT
+_ELITE = (
+    '[{"type": "custom", "capacity": 100, "sample_ratio": 0.5, "dist_function": "ln_norm", '
+    '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 2, '
+    '"alfa_annealing_factor": 1.0}, {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]'
+)
+_QUEUE_ALONE = '[{"type": "queue", "capacity": 2, "sample_ratio": 1.0}]'
+
+
+@pytest.mark.parametrize(
+    "argv, replay_parameters, batch_reuse",
+    [
+        ((), _MIX, 3),
+        (("--col_workers_communication=synchronous",), "", 6),
+        (("--queue_capacity=32",), "", 6),
+        (("--replay_parameters=",), "", 6),
+        ((f"--replay_parameters={_QUEUE_ALONE}",), _QUEUE_ALONE, 6),
+        ((f"--replay_parameters={_ELITE}",), _ELITE, 3),
+        (("--batch_reuse=5",), _MIX, 5),
+        (("--num_epochs=2", "--replay_parameters="), "", 2),  # the alias is the flag given
+        (("--col_workers_communication=synchronous", "--batch_reuse=4"), "", 4),
+        (("--preset=paper",), "", 1),
+    ],
+)
+def test_the_replay_mix_and_the_passes_follow_what_replays(argv, replay_parameters, batch_reuse):
+    config, values, given = _config_from(*argv)
+    assert values["replay_parameters"] == replay_parameters
+    assert values["batch_reuse"] == config.batch_reuse == batch_reuse
+    # Implied, not given: launchers forward what the user gave, and each process implies again.
+    assert "replay_parameters" not in given or "--replay_parameters" in " ".join(argv)
+
+
+def test_a_process_that_trains_alone_trains_on_fresh_trajectories_six_times():
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py"])
+        experiment.apply_preset(single_process=True)
+        assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 6)
+
+
+def test_synchronous_collection_refuses_a_replay_mix_it_is_given_in_one_line():
+    with pytest.raises(ValueError, match=r"^--col_workers_communication=synchronous: cannot take"):
+        _config_from_job("--col_workers_communication=synchronous", f"--replay_parameters={_MIX}")
+    # Without the flag there is nothing to refuse: the default then replays nothing.
+    _config_from_job("--col_workers_communication=synchronous")
+
+
+def test_launchers_check_the_values_the_processes_will_imply():
+    with impala_flags.as_forwarded({"col_workers_communication": "synchronous"}):
+        assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 6)
+        experiment.check_run_flags(given=["col_workers_communication"])
+    with impala_flags.as_forwarded({}):
+        assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == (_MIX, 3)
+    with impala_flags.as_forwarded({"batch_reuse": 2, "queue_capacity": 16}):
+        assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 2)
+
+
+def _config_from_job(*argv):
+    with flagsaver.flagsaver():
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", *argv])
+        experiment.apply_preset()
+        experiment.check_run_flags(given=experiment.flag_values(only_given=True))

@@ -15,8 +15,8 @@ from absl.testing import flagsaver
 
 import experiment
 from benchmarks import scaling_link, scaling_ranks
+from impala import configs, run_folder, run_secret, run_tls
 from impala import flags as impala_flags
-from impala import run_folder, run_secret, run_tls
 from impala.launch import planning, ports, single_host, supervisor
 from tests.helpers import run_without_ml_stack
 
@@ -683,6 +683,23 @@ def test_a_run_from_before_the_cooldown_flag_resumes_without_the_default_cooldow
     assert "learning_rate_cooldown_fraction" not in forwarded
     with impala_flags.as_forwarded(forwarded):
         assert FLAGS.learning_rate_cooldown_fraction == 0.15
+
+
+def test_a_run_from_before_the_replay_default_resumes_on_fresh_trajectories_six_times(tmp_path):
+    # Started when every trajectory was fresh and 6 passes the default: flags.json has both, or
+    # (before --replay_parameters existed) only the passes.
+    saved = _saved_flags("--replay_parameters=", "--batch_reuse=6")
+    for edit in ({}, {"replay_parameters": None}):
+        old = {key: value for key, value in saved.items() if key not in edit}
+        forwarded, *_ = _resume(tmp_path, old)
+        assert (forwarded["replay_parameters"], forwarded["batch_reuse"]) == ("", 6)
+        with impala_flags.as_forwarded(forwarded):
+            assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 6)
+    # One started with today's defaults keeps them, and forwards nothing for them.
+    forwarded, *_ = _resume(tmp_path, _saved_flags())
+    assert "replay_parameters" not in forwarded and "batch_reuse" not in forwarded
+    with impala_flags.as_forwarded(forwarded):
+        assert FLAGS.batch_reuse == 3 and configs.replay.parse(FLAGS.replay_parameters)
 
 
 @pytest.mark.parametrize(

@@ -757,7 +757,9 @@ def test_with_replays_the_queues_capacity_is_its_entrys():
         "queue",
         "standard",
     ]
-    assert _learner_job().replays == ()
+    # The default mixes: half of each batch replayed uniformly; '' takes every trajectory fresh.
+    assert [r.type for r in _learner_job().replays] == ["queue", "standard"]
+    assert _learner_job(replay_parameters="").replays == ()
     with pytest.raises(ValueError, match=r"^--queue_capacity=32: with --replay_parameters the"):
         _learner_job(replay_parameters=replays, queue_capacity=32)
 
