@@ -6,7 +6,7 @@ fitted to that predicts 2, 4 and 8 machines.
   python -m benchmarks.scaling --rates=1gbit --compression=fp16 --repeats=20
   python -m benchmarks.scaling --mca=btl_tcp_links=4     # an Open MPI setting for the ranks
   python -m benchmarks.scaling --train_batches=0         # the all-reduce alone, no training
-  python -m benchmarks.scaling --batch_reuse=1           # one optimisation step a batch, not 6
+  python -m benchmarks.scaling --batch_reuse=1           # one step a batch, not the learner's 3
 
 Run as root: it makes two network namespaces joined by a veth pair (10.77.0.1/24 and
 10.77.0.2/24, inside the namespaces only; names carry this process's id), and holds both ends

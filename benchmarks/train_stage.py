@@ -14,7 +14,8 @@ shared machine's drift falls on all of them alike, and each is given as a ratio 
 in the same run.
 
 Prints, per variant: the passes over each frame's data (`--batch_reuse`), optimisation steps
-per batch, the train stage in emulator frames/s of new experience and CPU seconds per batch
+per batch, the train stage in emulator frames/s of new experience (the fresh share of each
+batch with `--replay_parameters`) and CPU seconds per batch
 (every thread), and its speed against the first row. With --profile, the kernels of one batch's
 steps from TensorFlow's profiler, by op type, with their share of the time.
 """
@@ -39,6 +40,7 @@ from absl import app, flags
 
 import experiment  # its flags: the set-up measured is the one make train runs
 from benchmarks import stages
+from benchmarks.ceiling import fresh_fraction
 from impala import build, configs
 from impala.learner import optimise
 
@@ -180,8 +182,12 @@ def main(argv):
         rate = statistics.median(stage.steps_per_second for stage in measured[label])
         cpu = statistics.median(stage.cpu_per_step for stage in measured[label])
         steps = config.batch_reuse * config.num_batches_per_epoch
+        # New experience: with replays, only the queue's share of each batch is fresh.
+        new_frames = (
+            rate * frames_per_step * fresh_fraction(FLAGS.replay_parameters, config.batch_size)
+        )
         print(
-            f"{label:58s} {config.batch_reuse:6d} {steps:6d} {rate * frames_per_step:9,.0f} "
+            f"{label:58s} {config.batch_reuse:6d} {steps:6d} {new_frames:9,.0f} "
             f"{cpu * steps_per_batch:12.3f} {rate / first:5.2f}x"
         )
     if FLAGS.profile:

@@ -46,13 +46,18 @@ GRADIENT_COMPRESSIONS = ("none", "fp16")
 MAX_POLICIES = 64
 
 
+# The flags whose default follows other flags (`implied_defaults`).
+IMPLIED_FLAGS = ("replay_parameters", "batch_reuse")
+
+
 def implied_defaults(
     values: Mapping[str, Any], fixed: Collection[str], *, single_process: bool = False
 ) -> dict[str, Any]:
     """The flags whose default follows other flags, for those not in `fixed` (the flags given
     on the command line or by --preset):
       replay_parameters: '' (every trajectory fresh) with synchronous collection, a
-        --queue_capacity, or a single process (none of which replays); else `replay.DEFAULT`.
+        --queue_capacity, a single process (none of which replays) or a batch of one
+        trajectory; else `replay.DEFAULT`.
       batch_reuse: 3 passes over a batch that mixes in replayed trajectories, 6 over one of
         fresh trajectories only.
 
@@ -67,6 +72,7 @@ def implied_defaults(
             single_process
             or values["col_workers_communication"] == "synchronous"
             or bool(values["queue_capacity"])
+            or values["batch_size"] < 2  # no half to replay
         )
         replay_text = implied["replay_parameters"] = "" if fresh_only else replay.DEFAULT
     if "batch_reuse" not in fixed:

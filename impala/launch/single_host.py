@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 from absl import app, flags
 
+from impala import configs, run_folder, run_secret, run_tls
 from impala import flags as impala_flags
-from impala import run_folder, run_secret, run_tls
 from impala.launch import planning
 from impala.launch.ports import free_ports
 from impala.launch.supervisor import ROOT, Group, Supervised, stop, supervise
@@ -149,12 +149,21 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
         for name, value in parsed.items()
         if name not in given and value != impala_flags.unset_value(name, preset)
     }
+    forwarded = {**kept, **given}
+    # A flag whose default follows others (--batch_reuse after --replay_parameters) is kept
+    # where the processes would imply another value than the run's from what is forwarded.
+    for _ in configs.IMPLIED_FLAGS:
+        with impala_flags.as_forwarded(forwarded):
+            implied = {name: FLAGS[name].value for name in configs.IMPLIED_FLAGS}
+        for name, value in implied.items():
+            if name in parsed and name not in forwarded and parsed[name] != value:
+                kept[name] = forwarded[name] = parsed[name]
     note = (
         f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
         f"{num_actors} actor(s)"
         + (f", {planning.shell_line(planning.forwarded_flags(kept))}" if kept else "")
     )
-    return {**kept, **given}, num_learners, num_actors, note
+    return forwarded, num_learners, num_actors, note
 
 
 def _saved_flags(run_dir: str) -> tuple[dict[str, object] | None, int, str]:

@@ -173,7 +173,8 @@ def _check_replay_memory(
         raise ValueError(
             f"--replay_parameters: the replays would hold {total / 2**30:.1f} GiB at capacity, "
             f"more than the {available / 2**30:.1f} GiB this machine has free; lower their "
-            "capacities"
+            "capacities (the default's uniform replay holds 1,000 trajectories), or give "
+            "--replay_parameters='' to train on fresh trajectories only"
         )
 
 

@@ -162,6 +162,7 @@ _QUEUE_ALONE = '[{"type": "queue", "capacity": 2, "sample_ratio": 1.0}]'
         (("--num_epochs=2", "--replay_parameters="), "", 2),  # the alias is the flag given
         (("--col_workers_communication=synchronous", "--batch_reuse=4"), "", 4),
         (("--preset=paper",), "", 1),
+        (("--batch_size=1",), "", 6),  # no half of the batch to replay
     ],
 )
 def test_the_replay_mix_and_the_passes_follow_what_replays(argv, replay_parameters, batch_reuse):

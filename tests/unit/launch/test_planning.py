@@ -695,6 +695,18 @@ def test_a_run_from_before_the_replay_default_resumes_on_fresh_trajectories_six_
         assert (forwarded["replay_parameters"], forwarded["batch_reuse"]) == ("", 6)
         with impala_flags.as_forwarded(forwarded):
             assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 6)
+    # Passes given with fresh trajectories only, or with synchronous collection: kept, where
+    # the processes would otherwise imply 6 from the forwarded mix.
+    for argv in (
+        ("--replay_parameters=", "--batch_reuse=3"),
+        ("--col_workers_communication=synchronous", "--batch_reuse=3"),
+        ("--queue_capacity=32", "--batch_reuse=3"),
+    ):
+        forwarded, _, _, note = _resume(tmp_path, _saved_flags(*argv))
+        assert (forwarded["replay_parameters"], forwarded["batch_reuse"]) == ("", 3), argv
+        assert "--batch_reuse=3" in note
+        with impala_flags.as_forwarded(forwarded):
+            assert (FLAGS.replay_parameters, FLAGS.batch_reuse) == ("", 3)
     # One started with today's defaults keeps them, and forwards nothing for them.
     forwarded, *_ = _resume(tmp_path, _saved_flags())
     assert "replay_parameters" not in forwarded and "batch_reuse" not in forwarded
