@@ -139,13 +139,14 @@ def apply_preset(single_process: bool = False) -> None:
     for name, value in preset.items():
         if not FLAGS[name].present:
             FLAGS[name].value = value
-    _imply(set(preset), single_process)
+    own = FLAGS.get_flags_for_module(sys.modules[__name__])
+    _imply(set(preset) | {flag.name for flag in own if flag.present}, single_process)
 
 
 def _imply(fixed: set[str], single_process: bool = False) -> None:
-    """Sets the flags whose default follows other flags, except the given ones and `fixed`."""
+    """Sets the flags whose default follows other flags, except those in `fixed` (given, or set
+    by the preset), from this module's flags' values."""
     own = FLAGS.get_flags_for_module(sys.modules[__name__])
-    fixed = fixed | {flag.name for flag in own if flag.present}
     values = {flag.name: flag.value for flag in own}
     implied = configs.implied_defaults(values, fixed, single_process=single_process)
     for name, value in implied.items():
@@ -164,10 +165,7 @@ def as_forwarded(forwarded: Mapping[str, object]) -> Iterator[None]:
     try:
         for flag in own:
             flag.value = forwarded.get(flag.name, preset.get(flag.name, flag.default))
-        values = {flag.name: flag.value for flag in own}
-        implied = configs.implied_defaults(values, set(forwarded) | set(preset))
-        for name, value in implied.items():
-            FLAGS[name].value = value
+        _imply(set(forwarded) | set(preset))
         yield
     finally:
         for flag in own:

@@ -46,7 +46,7 @@ GRADIENT_COMPRESSIONS = ("none", "fp16")
 MAX_POLICIES = 64
 
 
-# The flags whose default follows other flags (`implied_defaults`).
+# The flags whose default follows other flags (`implied_defaults`), each after those it follows.
 IMPLIED_FLAGS = ("replay_parameters", "batch_reuse")
 
 

@@ -150,13 +150,14 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
         if name not in given and value != impala_flags.unset_value(name, preset)
     }
     forwarded = {**kept, **given}
-    # A flag whose default follows others (--batch_reuse after --replay_parameters) is kept
-    # where the processes would imply another value than the run's from what is forwarded.
-    for _ in configs.IMPLIED_FLAGS:
-        with impala_flags.as_forwarded(forwarded):
-            implied = {name: FLAGS[name].value for name in configs.IMPLIED_FLAGS}
-        for name, value in implied.items():
-            if name in parsed and name not in forwarded and parsed[name] != value:
+    # A flag whose default follows others is kept where the processes would imply another
+    # value than the run's from what is forwarded; in IMPLIED_FLAGS' order, each following the
+    # ones before it (--batch_reuse after --replay_parameters).
+    for name in configs.IMPLIED_FLAGS:
+        if name in parsed and name not in forwarded:
+            with impala_flags.as_forwarded(forwarded):
+                implied = FLAGS[name].value
+            if parsed[name] != implied:
                 kept[name] = forwarded[name] = parsed[name]
     note = (
         f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
