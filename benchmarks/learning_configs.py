@@ -4,6 +4,7 @@ configuration's: what `benchmarks/learning.py` trains and what it says a run cha
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from impala import configs, run_folder
 from impala import flags as experiment_flags
@@ -52,9 +53,14 @@ BENCHMARKS = {
 _PLACEMENT_FLAGS = run_folder.PER_PROCESS_FLAGS | {"checkpoint", "total_environment_frames"}
 
 
-def configuration_values(benchmark: Benchmark, preset: str = "") -> dict[str, object]:
+def configuration_values(
+    benchmark: Benchmark, preset: str = "", given: Mapping[str, object] | None = None
+) -> dict[str, object]:
     """The experiment.py flag values a run of `benchmark` gets from no `--extra` but `preset`:
-    `make train`'s defaults (or the preset's), under the configuration's own flags."""
+    `make train`'s defaults (or the preset's), under the configuration's own flags; with `given`
+    (flag name -> parsed value), those too, as if given on the command line, and the defaults
+    that follow them (`configs.implied_defaults`) as they follow them."""
+    given = dict(given or {})
     values = {
         name: experiment_flags.unset_value(name, preset) for name in experiment_flags.flag_values()
     }
@@ -63,23 +69,41 @@ def configuration_values(benchmark: Benchmark, preset: str = "") -> dict[str, ob
         name, _, text = flag.removeprefix("--").partition("=")
         values[name] = experiment_flags.FLAGS[name].parser.parse(text)
         fixed.add(name)
+    values.update(given)
+    fixed.update(given)
     return {**values, **configs.implied_defaults(values, fixed)}
 
 
 def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
     """The flags of a run (its flags.json, `saved`) whose value is not the one the
-    configuration gives with no `--extra` and no preset: what the run changed, as saved."""
+    configuration gives with no `--extra` and no preset: what the run changed, as saved. A flag
+    whose default follows others (`configs.IMPLIED_FLAGS`) is a change only where its value is
+    not the one the run's other changes imply: `--replay_parameters=` alone changes one setting,
+    though the run trains with 6 passes over each batch where the configuration has 3."""
     base = configuration_values(benchmark)
-    changed = {}
+    changed, parsed = {}, {}
     for name, value in sorted(saved.items()):
         if name in _PLACEMENT_FLAGS or name not in base:
             continue
         try:
-            same = experiment_flags.parse_saved(name, value) == base[name]
+            parsed[name] = experiment_flags.parse_saved(name, value)
         except ValueError:
-            same = False  # a value no process would take: not the configuration's
-        if not same:
+            changed[name] = value  # a value no process would take: not the configuration's
+            continue
+        if parsed[name] != base[name]:
             changed[name] = value
+    given = {
+        name: parsed[name]
+        for name in changed
+        if name in parsed and name not in configs.IMPLIED_FLAGS
+    }
+    for name in configs.IMPLIED_FLAGS:  # in order: each may follow the one before
+        if name not in changed or name not in parsed:
+            continue
+        if parsed[name] == configuration_values(benchmark, given=given)[name]:
+            del changed[name]
+        else:
+            given[name] = parsed[name]
     return changed
 
 
@@ -87,7 +111,9 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
     """The `--extra` flags that give an experiment.py flag the value the configuration named
     `config` (with the `--preset` among them, if any) gives it already, each as a line saying
     so: a run meant to try a setting that changes nothing is one of the configuration's own.
-    Of a flag given twice, the last value is the one the run takes, and the one looked at."""
+    So is one that gives a flag the value the other `--extra` flags imply for it
+    (`--batch_reuse=6` beside `--replay_parameters=`). Of a flag given twice, the last value
+    is the one the run takes, and the one looked at."""
     settings = experiment_flags.flag_values()
     parsed = {}
     for flag in extra:
@@ -99,16 +125,24 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
         if name in settings and name not in _PLACEMENT_FLAGS:
             parsed[name] = (flag, text)
     preset = parsed.get("preset", (None, ""))[1]
-    base = configuration_values(benchmark, preset if preset in experiment_flags.PRESETS else "")
-    repeated = []
-    for name, (flag, text) in parsed.items():
+    preset = preset if preset in experiment_flags.PRESETS else ""
+    values = {}
+    for name, (_flag, text) in parsed.items():
         try:
-            value = experiment_flags.FLAGS[name].parser.parse(text)
+            values[name] = experiment_flags.FLAGS[name].parser.parse(text)
         except (ValueError, TypeError, OverflowError):
             continue  # experiment.py names it in its own one-line error
-        if value == base[name]:
-            repeated.append(
-                f"--extra={flag} gives --{name} the value --config={config} already has "
-                f"({experiment_flags.as_text(value)}): this run does not change it"
-            )
+    repeated = []
+    for name, value in values.items():
+        # What the run would have without this flag, with the others: a default that follows
+        # them (--batch_reuse=6 beside --replay_parameters=) is one the run has already.
+        others = {other: v for other, v in values.items() if other not in (name, "preset")}
+        if value != configuration_values(benchmark, preset, others)[name]:
+            continue
+        flag, shown = parsed[name][0], experiment_flags.as_text(value)
+        if value == configuration_values(benchmark, preset)[name]:
+            has = f"the value --config={config} already has ({shown})"
+        else:
+            has = f"the value the other --extra flags imply ({shown})"
+        repeated.append(f"--extra={flag} gives --{name} {has}: this run does not change it")
     return repeated

@@ -159,6 +159,37 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
         "frame_skip": 3,
         "seed": "7",
     }
+    # A default that follows another flag is a change only where the run's other changes do
+    # not imply it: 6 passes follow fresh-only batches, 2 passes beside them do not.
+    for reuse, changed in ((6, {}), (2, {"batch_reuse": 2})):
+        run_folder.write_flags(
+            str(tmp_path), {**saved, "replay_parameters": "", "batch_reuse": reuse}
+        )
+        figures = learning_figures.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+        assert figures["changed_from_configuration"] == {
+            "entropy_cost": "lots",
+            "frame_skip": 3,
+            "replay_parameters": "",
+            "seed": "7",
+            **changed,
+        }
+    # Synchronous collection implies both: only it is a change.
+    run_folder.write_flags(
+        str(tmp_path),
+        {
+            **saved,
+            "col_workers_communication": "synchronous",
+            "replay_parameters": "",
+            "batch_reuse": 6,
+        },
+    )
+    figures = learning_figures.results(benchmark, _curve([1.0], 1), str(tmp_path), 1.0, [])
+    assert figures["changed_from_configuration"] == {
+        "col_workers_communication": "synchronous",
+        "entropy_cost": "lots",
+        "frame_skip": 3,
+        "seed": "7",
+    }
     # A flags.json anyone may have written: unreadable, or not an object of flags.
     for hostile in ("{not json", "[1, 2]", "\udcff"):
         (tmp_path / "flags.json").write_text(hostile, errors="surrogateescape")
@@ -177,6 +208,10 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
         (["--preset=paper", "--optimizer=adam", "--optimizer=rmsprop"], ["optimizer"]),
         (["--preset=paper", "--optimizer=rmsprop", "--optimizer=adam"], []),
         (["--preset=nonsense", "--optimizer=adam", "--seed=x", "--num_actors=2"], ["optimizer"]),
+        # A default that follows the other flags: fresh-only batches imply 6 passes, not 3.
+        (["--replay_parameters=", "--batch_reuse=6"], ["batch_reuse"]),
+        (["--replay_parameters=", "--batch_reuse=3"], []),
+        (["--batch_reuse=3"], ["batch_reuse"]),
     ],
 )
 def test_extra_flags_that_repeat_the_configuration_are_named(extra, repeated):
@@ -188,7 +223,11 @@ def test_extra_flags_that_repeat_the_configuration_are_named(extra, repeated):
     )
     lines = learning_configs.repeated_values(benchmark, "catch", extra)
     assert [re.search(r"gives --(\w+) ", line)[1] for line in lines] == repeated, lines
-    assert all("--config=catch already has" in line for line in lines), lines
+    for line in lines:
+        implied = "--replay_parameters=" in extra and "--batch_reuse" in line
+        assert (
+            "the other --extra flags imply" if implied else "--config=catch already has"
+        ) in line
 
 
 def test_the_policy_lag_is_read_from_the_learners_summaries(tmp_path):
