@@ -34,6 +34,7 @@ class Topology:
     rank: int
     size: int
     local_rank: int
+    local_size: int = 1  # learners of this world on this learner's host
 
     @property
     def is_chief(self) -> bool:
@@ -55,7 +56,12 @@ def init(num_learners: int) -> Topology:
             ) from None
         hvd.init()
         _hvd = hvd
-        topology = Topology(rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank())
+        topology = Topology(
+            rank=hvd.rank(),
+            size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            local_size=hvd.local_size(),
+        )
     else:
         topology = Topology(rank=0, size=1, local_rank=0)
     gpus = tf.config.list_physical_devices("GPU")

@@ -74,7 +74,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
             encode=make_encoder(agent),
         )
         queue_capacity = _replay_queue_capacity(config, mixer)
-        _check_replay_memory(config, mixer, spec, chief_report)
+        _check_replay_memory(config, mixer, spec, topology.local_size, chief_report)
     # Looked up here, not imported: tests wrap the service class (tests/recording_learner.py).
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
@@ -151,10 +151,15 @@ def _replay_queue_capacity(config: LearnerJobConfig, mixer: Mixer) -> int:
 
 
 def _check_replay_memory(
-    config: LearnerJobConfig, mixer: Mixer, spec, report: Callable[[str], None]
+    config: LearnerJobConfig,
+    mixer: Mixer,
+    spec,
+    learners_here: int,
+    report: Callable[[str], None],
 ) -> None:
     """Says what each learner's replays hold at capacity; refuses, in one line, replays that do
-    not fit in the memory this machine has free (each learner keeps its own)."""
+    not fit in the memory this machine has free, each of the `learners_here` learners of this
+    run's world on this host keeping its own (they check at the same time, before any fills)."""
     parts, total = [], 0
     for spec_of_replay, share, store in mixer.replays:
         size = store.bytes_at_capacity(store.capacity, spec.queue_specs())
@@ -168,14 +173,32 @@ def _check_replay_memory(
         f"{config.learner.batch_size} fresh trajectories; " + "; ".join(parts) + "; resumed "
         "runs start with empty replays"
     )
-    available = _memory_available()
-    if available is not None and total > available:
-        raise ValueError(
-            f"--replay_parameters: the replays would hold {total / 2**30:.1f} GiB at capacity, "
-            f"more than the {available / 2**30:.1f} GiB this machine has free; lower their "
-            "capacities (the default's uniform replay holds 1,000 trajectories), or give "
-            "--replay_parameters='' to train on fresh trajectories only"
+    error = replay_memory_error(total, learners_here, _memory_available())
+    if error:
+        raise ValueError(error)
+
+
+def replay_memory_error(per_learner: int, learners_here: int, available: int | None) -> str:
+    """The one-line refusal of replays that hold `per_learner` bytes at capacity in each of
+    `learners_here` learners on a host with `available` bytes free (None: unknown, no
+    refusal), or '' when they fit."""
+    needed = per_learner * learners_here
+    if available is None or needed <= available:
+        return ""
+    held = f"{per_learner / 2**30:.1f} GiB"
+    fewer = ""
+    if learners_here > 1:
+        held = (
+            f"{needed / 2**30:.1f} GiB ({held} in each of the {learners_here} learners "
+            "on this host)"
         )
+        fewer = ", run fewer learners on this host"
+    return (
+        f"--replay_parameters: the replays would hold {held} at capacity, more than the "
+        f"{available / 2**30:.1f} GiB this machine has free; lower their capacities (the "
+        f"default's uniform replay holds 1,000 trajectories){fewer}, or give "
+        "--replay_parameters='' to train on fresh trajectories only"
+    )
 
 
 def _memory_available() -> int | None:

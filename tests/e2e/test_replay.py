@@ -72,3 +72,38 @@ def test_catch_is_learned_with_half_of_each_batch_replayed_counting_only_fresh_f
     }
     assert {"replay/replayed_share", "replay/1_custom/fill"} <= tags
     assert {"replay/1_custom/times_sampled_mean", "replay/1_custom/distance_mean"} <= tags
+
+
+def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(tmp_path):
+    """Each learner keeps its own replays and they check at the same time, before either fills:
+    the check counts every learner of the host (Horovod's local size), not its own alone."""
+    with open("/proc/meminfo") as meminfo:
+        available = next(int(line.split()[1]) * 1024 for line in meminfo if "MemAvailable" in line)
+    # An Atari trajectory of 20 steps is about 0.59 MB in a replay (566 MiB per 1,000): a
+    # capacity of 0.7 of the free memory for each learner fits once, not twice.
+    capacity = int(0.7 * available / 593_000)
+    mix = (
+        '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
+        f' {{"type": "standard", "capacity": {capacity}, "sample_ratio": 0.5}}]'
+    )
+    completed = subprocess.run(
+        run_local_argv(
+            tmp_path / "runs",
+            "--experiment=too-big",
+            "--num_learners=2",
+            "--num_actors=2",
+            "--level_name=PongNoFrameskip-v4",
+            "--total_environment_frames=2000",
+            f"--replay_parameters={mix}",
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode != 0, output[-3000:]
+    refusals = re.findall(r"--replay_parameters: the replays would hold .*", output)
+    assert refusals, output[-3000:]
+    assert "in each of the 2 learners on this host)" in refusals[0], refusals
+    assert "run fewer learners on this host" in refusals[0], refusals

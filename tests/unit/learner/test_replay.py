@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import vtrace
 from impala.configs import replay as replay_config
-from impala.learner import replay
+from impala.learner import replay, start
 from impala.trajectory import Steps
 from impala.transport import QueuedTrajectories
 
@@ -85,6 +85,20 @@ def test_a_replayed_trajectory_is_the_one_stored_field_for_field():
     assert replay.StandardReplay.bytes_at_capacity(1000, specs) == 1000 * (
         4 + 8 + 5 * 4 + (T + 1) * (4 + 4 + 1 + 4 + 4 + 4 * NUM_ACTIONS)
     )
+
+
+def test_replays_that_do_not_fit_in_free_memory_are_refused_for_all_learners_of_the_host():
+    gib = 2**30
+    assert start.replay_memory_error(gib, 1, 2 * gib) == ""
+    assert start.replay_memory_error(gib, 2, 2 * gib) == ""
+    assert start.replay_memory_error(gib, 1, None) == ""  # no /proc/meminfo: nothing to check
+    alone = start.replay_memory_error(3 * gib, 1, 2 * gib)
+    assert alone.startswith("--replay_parameters: the replays would hold 3.0 GiB at capacity, ")
+    assert "the 2.0 GiB this machine has free" in alone and "fewer learners" not in alone
+    # Each learner fits alone; the three on this host do not.
+    three = start.replay_memory_error(gib, 3, 2 * gib)
+    assert "would hold 3.0 GiB (1.0 GiB in each of the 3 learners on this host)" in three
+    assert "run fewer learners on this host" in three and "\n" not in three
 
 
 def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
