@@ -379,6 +379,10 @@ class ActorJobConfig(_Connected):
 
 @config
 class LocalConfig(_Training):
-    """What a single-process training run needs: the game, the network, the hyperparameters."""
+    """What a single-process training run needs: the game, the network, the hyperparameters.
+    Its one process has no replay, so its learner's default passes are those of fresh
+    trajectories (`implied_defaults`), as --job_name=local gives them."""
 
-    learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)
+    learner: LearnerConfig = dataclasses.field(
+        default_factory=lambda: LearnerConfig(batch_reuse=BATCH_REUSE_FRESH)
+    )

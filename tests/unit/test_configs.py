@@ -54,9 +54,13 @@ def test_the_configs_defaults_are_the_flags_defaults():
         assert experiment.learner_config_from_flags() == configs.LearnerConfig()
         assert experiment.game_config_from_flags() == configs.GameConfig()
         learner = experiment.learner_job_config_from_flags()
+        FLAGS.unparse_flags()
+        FLAGS(["experiment.py", "--job_name=local"])
+        experiment.apply_preset(single_process=True)
         local = experiment.local_config_from_flags()
     assert dataclasses.replace(learner, flag_values={}) == configs.LearnerJobConfig()
-    assert local == configs.LocalConfig()
+    # One process has no replay: 6 passes over each batch of fresh trajectories, not 3.
+    assert local == configs.LocalConfig() and local.learner.batch_reuse == 6
 
 
 def test_the_paper_preset_is_the_paper_config_and_only_there():
