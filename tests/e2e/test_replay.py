@@ -6,11 +6,13 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
 
 from impala.envs import catch
+from impala.launch import planning, ports
 from tests.helpers import ROOT, run_local_argv
 
 # The elite example, smaller, with the candidates of the Pong runs (2 per trajectory):
@@ -86,16 +88,21 @@ def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(tmp_path):
         '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
         f' {{"type": "standard", "capacity": {capacity}, "sample_ratio": 0.5}}]'
     )
+    # Two learners under mpirun, and no actors: the learners refuse before they serve.
+    hosts = [f"localhost:{port}" for port in ports.free_ports(2)]
+    learner = [
+        sys.executable,
+        "-u",
+        os.path.join(ROOT, "experiment.py"),
+        "--job_name=learner",
+        f"--learner_hosts={','.join(hosts)}",
+        f"--logdir={tmp_path}",
+        "--experiment=too-big",
+        "--level_name=PongNoFrameskip-v4",
+        f"--replay_parameters={mix}",
+    ]
     completed = subprocess.run(
-        run_local_argv(
-            tmp_path / "runs",
-            "--experiment=too-big",
-            "--num_learners=2",
-            "--num_actors=2",
-            "--level_name=PongNoFrameskip-v4",
-            "--total_environment_frames=2000",
-            f"--replay_parameters={mix}",
-        ),
+        planning.mpirun_command(["localhost"] * 2, learner, as_root=os.geteuid() == 0),
         cwd=ROOT,
         capture_output=True,
         text=True,
