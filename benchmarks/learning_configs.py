@@ -98,13 +98,14 @@ def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
         if name in parsed and name not in configs.IMPLIED_FLAGS
     }
     for name in configs.IMPLIED_FLAGS:  # in order: each may follow the one before
-        if name not in changed or name not in parsed:
+        if name not in parsed:
             continue
         if parsed[name] == configuration_values(benchmark, given=given)[name]:
-            del changed[name]
-        else:
+            changed.pop(name, None)
+        else:  # the configuration's value where the run's other changes imply another
+            changed[name] = saved[name]
             given[name] = parsed[name]
-    return changed
+    return dict(sorted(changed.items()))
 
 
 def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list[str]:

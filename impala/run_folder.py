@@ -49,6 +49,7 @@ PER_PROCESS_FLAGS = frozenset(
         "secret_file",
         "policy",
         "policy_hosts",
+        "run_learner_hosts",
     }
 )
 

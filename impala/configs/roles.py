@@ -201,6 +201,12 @@ class LearnerJobConfig(_Connected):
         "host:port of the rank-0 learner of each of the run's policies, in policy order "
         "(launchers set it): --with_pbt looks at the population through them.",
     )
+    run_learner_hosts: tuple[str, ...] = setting(
+        (),
+        "host:port of every learner of every one of the run's policies (launchers set it in a "
+        "run of several): a learner refuses replays that those on its host would not fit in "
+        "its free memory between them. Without it, those of its own --learner_hosts.",
+    )
     queue_capacity: int = setting(
         0,
         "Trajectories a learner queues before actors block (0: one batch's share, so that the "
@@ -272,6 +278,14 @@ class LearnerJobConfig(_Connected):
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
 
+    def learners_on_host(self, rank: int) -> int:
+        """The learners of the run on the host of the learner of rank `rank`, by the host part
+        of their addresses: every policy's (`run_learner_hosts`), else this policy's."""
+        own_host = parse_address(self.learner_hosts[rank], "--learner_hosts")[0]
+        flag = "--run_learner_hosts" if self.run_learner_hosts else "--learner_hosts"
+        everyone = self.run_learner_hosts or self.learner_hosts
+        return sum(parse_address(address, flag)[0] == own_host for address in everyone)
+
     @property
     def replays(self) -> tuple[replay.Replay, ...]:
         """`--replay_parameters` read; () without it."""
@@ -289,6 +303,8 @@ class LearnerJobConfig(_Connected):
             )
         for address in self.policy_hosts:
             parse_address(address, "--policy_hosts")
+        for address in self.run_learner_hosts:
+            parse_address(address, "--run_learner_hosts")
         if self.num_policies > 1 and self.logdir and not self.experiment:
             raise ValueError(
                 f"--experiment: needed with --num_policies={self.num_policies}, so that every "
@@ -380,8 +396,9 @@ class ActorJobConfig(_Connected):
 @config
 class LocalConfig(_Training):
     """What a single-process training run needs: the game, the network, the hyperparameters.
-    Its one process has no replay, so its learner's default passes are those of fresh
-    trajectories (`implied_defaults`), as --job_name=local gives them."""
+    Its one process has no replay, so its default learner makes the passes of fresh
+    trajectories (`implied_defaults`), as --job_name=local gives them; a `learner` given
+    makes its own `batch_reuse`."""
 
     learner: LearnerConfig = dataclasses.field(
         default_factory=lambda: LearnerConfig(batch_reuse=BATCH_REUSE_FRESH)

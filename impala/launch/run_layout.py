@@ -37,6 +37,8 @@ class RunLayout:
         `--policy`); None in a run of one.
       policy_hosts: in a run of several policies, the rank-0 learner of each, in policy order
         (the learners' `--policy_hosts`).
+      run_learner_hosts: in a run of several policies, every learner of every policy (the
+        learners' `--run_learner_hosts`).
     """
 
     learners: tuple[Worker, ...]
@@ -46,6 +48,7 @@ class RunLayout:
     logdir: str
     policy: int | None = None
     policy_hosts: tuple[str, ...] = ()
+    run_learner_hosts: tuple[str, ...] = ()
 
     @property
     def learner_hosts(self) -> list[str]:
@@ -97,7 +100,10 @@ class RunLayout:
 
     @property
     def _population_flags(self) -> list[str]:
-        return [f"--policy_hosts={','.join(self.policy_hosts)}"] if self.policy_hosts else []
+        flags = [f"--policy_hosts={','.join(self.policy_hosts)}"] if self.policy_hosts else []
+        if self.run_learner_hosts:
+            flags.append(f"--run_learner_hosts={','.join(self.run_learner_hosts)}")
+        return flags
 
     @property
     def learners_window(self) -> str:
@@ -172,6 +178,7 @@ def policy_layouts(
     if num_policies == 1:
         return [RunLayout(tuple(learners), tuple(actors), tuple(flags), run_name, logdir)]
     chiefs = tuple(learner_ranks(rows)[0].address for rows in learners_of)
+    everyone = tuple(worker.address for rows in learners_of for worker in learner_ranks(rows))
     return [
         RunLayout(
             tuple(_numbered(learner_ranks(learners_of[policy]))),
@@ -181,6 +188,7 @@ def policy_layouts(
             logdir,
             policy=policy,
             policy_hosts=chiefs,
+            run_learner_hosts=everyone,
         )
         for policy in range(num_policies)
     ]

@@ -66,17 +66,20 @@ def plan(
     """Each policy's learner command (mpirun when several) and its actors' commands, on
     localhost: `num_learners` learners per policy, and actor i of `num_actors` playing for
     policy i mod `num_policies` (as that policy's actor i // `num_policies`). The learners of a
-    run of several policies also get the address of each policy's rank 0 (`--policy_hosts`)."""
+    run of several policies also get the address of each policy's rank 0 (`--policy_hosts`)
+    and of every learner (`--run_learner_hosts`)."""
     script = os.path.join(ROOT, "experiment.py")
     ports = free_ports(num_learners * num_policies)
     chiefs = ",".join(f"localhost:{port}" for port in ports[::num_learners])
+    everyone = ",".join(f"localhost:{port}" for port in ports)
     plans = []
     for policy in range(num_policies):
         own_ports = ports[policy * num_learners : (policy + 1) * num_learners]
         learner_hosts = [f"localhost:{port}" for port in own_ports]
         actor_hosts = ["localhost"] * planning.actors_of(policy, num_actors, num_policies)
         flags = [*flags_to_forward, *([f"--policy={policy}"] if num_policies > 1 else [])]
-        learner_flags = [*flags, *([f"--policy_hosts={chiefs}"] if num_policies > 1 else [])]
+        population = [f"--policy_hosts={chiefs}", f"--run_learner_hosts={everyone}"]
+        learner_flags = [*flags, *(population if num_policies > 1 else [])]
         learner = planning.learner_command(
             python, script, learner_hosts, actor_hosts, learner_flags
         )

@@ -61,10 +61,6 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
         + (checkpointer.counters if checkpointer else [])
     )
     resumed_from = allreduce.broadcast_object_from_chief(resumed_from)
-    if run_dir and topology.is_chief:
-        # Only now: a start that failed (a bad flag, another run's checkpoint) leaves the run's
-        # saved flags as they were.
-        saving.save_flags(run_dir, config.flag_values, chief_report)
     mixer, queue_capacity = None, config.queue_capacity or config.learner.batch_size
     if config.replays:
         mixer = Mixer(
@@ -74,7 +70,12 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
             encode=make_encoder(agent),
         )
         queue_capacity = _replay_queue_capacity(config, mixer)
-        _check_replay_memory(config, mixer, spec, topology.local_size, chief_report)
+        learners_here = max(topology.local_size, config.learners_on_host(topology.rank))
+        _check_replay_memory(config, mixer, spec, learners_here, chief_report)
+    if run_dir and topology.is_chief:
+        # Only now: a start that failed (a bad flag, another run's checkpoint, replays too
+        # large) leaves the run's saved flags as they were.
+        saving.save_flags(run_dir, config.flag_values, chief_report)
     # Looked up here, not imported: tests wrap the service class (tests/recording_learner.py).
     service = transport.LearnerService(
         address=config.learner_hosts[topology.rank],
@@ -158,8 +159,8 @@ def _check_replay_memory(
     report: Callable[[str], None],
 ) -> None:
     """Says what each learner's replays hold at capacity; refuses, in one line, replays that do
-    not fit in the memory this machine has free, each of the `learners_here` learners of this
-    run's world on this host keeping its own (they check at the same time, before any fills)."""
+    not fit in the memory this machine has free, each of the `learners_here` learners of the run
+    on this host keeping its own (they check at the same time, before any fills)."""
     parts, total = [], 0
     for spec_of_replay, share, store in mixer.replays:
         size = store.bytes_at_capacity(store.capacity, spec.queue_specs())

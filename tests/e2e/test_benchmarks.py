@@ -160,8 +160,9 @@ def test_the_report_lists_the_settings_a_run_changed_from_its_configuration(tmp_
         "seed": "7",
     }
     # A default that follows another flag is a change only where the run's other changes do
-    # not imply it: 6 passes follow fresh-only batches, 2 passes beside them do not.
-    for reuse, changed in ((6, {}), (2, {"batch_reuse": 2})):
+    # not imply it: 6 passes follow fresh-only batches, 2 passes beside them do not, nor do 3
+    # (the configuration's own, with its replay).
+    for reuse, changed in ((6, {}), (2, {"batch_reuse": 2}), (3, {"batch_reuse": 3})):
         run_folder.write_flags(
             str(tmp_path), {**saved, "replay_parameters": "", "batch_reuse": reuse}
         )

@@ -76,9 +76,9 @@ def test_catch_is_learned_with_half_of_each_batch_replayed_counting_only_fresh_f
     assert {"replay/1_custom/times_sampled_mean", "replay/1_custom/distance_mean"} <= tags
 
 
-def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(tmp_path):
+def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(processes, tmp_path):
     """Each learner keeps its own replays and they check at the same time, before either fills:
-    the check counts every learner of the host (Horovod's local size), not its own alone."""
+    the check counts every learner of the host, not its own replays alone."""
     with open("/proc/meminfo") as meminfo:
         available = next(int(line.split()[1]) * 1024 for line in meminfo if "MemAvailable" in line)
     # An Atari trajectory of 20 steps is about 0.59 MB in a replay (566 MiB per 1,000): a
@@ -88,7 +88,8 @@ def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(tmp_path):
         '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5},'
         f' {{"type": "standard", "capacity": {capacity}, "sample_ratio": 0.5}}]'
     )
-    # Two learners under mpirun, and no actors: the learners refuse before they serve.
+    # Two learners under mpirun, and no actors: the learners refuse before they serve (had
+    # they not, the test's teardown kills their process group).
     hosts = [f"localhost:{port}" for port in ports.free_ports(2)]
     learner = [
         sys.executable,
@@ -101,16 +102,17 @@ def test_two_learners_on_a_host_are_refused_replays_that_fit_only_one(tmp_path):
         "--level_name=PongNoFrameskip-v4",
         f"--replay_parameters={mix}",
     ]
-    completed = subprocess.run(
-        planning.mpirun_command(["localhost"] * 2, learner, as_root=os.geteuid() == 0),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    mpirun = planning.mpirun_command(["localhost"] * 2, learner, as_root=os.geteuid() == 0)
+    started = processes.start("learners", mpirun)
+    assert processes.wait(started, timeout=120) != 0
+    output = processes.log(started)
+    refusal = re.search(
+        r"--replay_parameters: the replays would hold (\d+\.\d) GiB \((\d+\.\d) GiB in each of "
+        r"the 2 learners on this host\) at capacity, more than the (\d+\.\d) GiB this machine "
+        r"has free; .*run fewer learners on this host",
+        output,
     )
-    output = completed.stdout + completed.stderr
-    assert completed.returncode != 0, output[-3000:]
-    refusals = re.findall(r"--replay_parameters: the replays would hold .*", output)
-    assert refusals, output[-3000:]
-    assert "in each of the 2 learners on this host)" in refusals[0], refusals
-    assert "run fewer learners on this host" in refusals[0], refusals
+    assert refusal, output[-3000:]
+    both, each, free = (float(figure) for figure in refusal.groups())
+    assert each < free < both, refusal[0]  # one learner's would have fit
+    assert not (tmp_path / "too-big" / "flags.json").exists()  # a refused start saves no flags

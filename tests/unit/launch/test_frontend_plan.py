@@ -683,11 +683,12 @@ def test_without_a_policy_column_learners_split_in_rank_order_and_actors_take_tu
         ("n2", ["policy_1_learners", "policy_1_actor_0"]),
     ]
     windows = _windows_by_name(plans)
-    # Policy 1: its own learners, actors and folder; its learners know both policies' rank 0.
+    # Policy 1: its own learners, actors and folder; its learners know both policies' rank 0,
+    # and every learner of the run (whose replays share each host's memory).
     learner = (
         "-u experiment.py --job_name=learner --learner_hosts=n2:8001,n2:8002 --actor_hosts=n2 "
         "--batch_size=32 --num_policies=2 --logdir=runs --experiment=pop --policy=1 "
-        "--policy_hosts=n1:8001,n2:8001"
+        "--policy_hosts=n1:8001,n2:8001 --run_learner_hosts=n1:8001,n1:8002,n2:8001,n2:8002"
     )
     assert _script(windows["n2", "policy_1_learners"]) == (
         "cd /w && mkdir -p runs/pop/policy_1 && "

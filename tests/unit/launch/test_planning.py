@@ -142,6 +142,8 @@ def test_each_policy_gets_its_own_learners_under_its_own_mpirun_and_every_nth_ac
         assert all(_flag(actor, "policy") == str(policy) for actor in actors)
         # Every policy's learners know each policy's rank 0, through which PBT looks.
         assert _flag(learner, "policy_hosts") == ",".join(group[0] for group in hosts)
+        # And every learner of the run: the replays of all six share this host's memory.
+        assert _flag(learner, "run_learner_hosts") == ",".join(h for group in hosts for h in group)
         assert all(_flag(a, "actor_hosts") == ",".join(["localhost"] * len(actors)) for a in actors)
     # One policy: no --policy flag, as before policies existed.
     ((learner, actors),) = single_host.plan(1, 2, [], "py", as_root=False)
@@ -756,3 +758,18 @@ def test_an_unreadable_flags_file_is_one_line_naming_it(tmp_path, kind):
     with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: ") as raised:
         run_folder.read_flags(str(tmp_path))
     assert "\n" not in str(raised.value)
+
+
+def test_a_learner_counts_the_learners_of_the_run_on_its_host():
+    """Their replays share the host's memory: every policy's learners where the launchers name
+    them (--run_learner_hosts), else the learner's own policy's; by host, whatever the port."""
+    from impala.configs import LearnerJobConfig
+
+    own = ("n1:8001", "n2:8001", "n1:8002")
+    config = LearnerJobConfig(secret_file="s", learner_hosts=own)
+    assert [config.learners_on_host(rank) for rank in range(3)] == [2, 1, 2]
+    everyone = (*own, "n1:9001", "[::1]:9002", "n2:9003")
+    config = LearnerJobConfig(secret_file="s", learner_hosts=own, run_learner_hosts=everyone)
+    assert [config.learners_on_host(rank) for rank in range(3)] == [3, 2, 3]
+    with pytest.raises(ValueError, match=r"^--run_learner_hosts: 'n1' is not host:port"):
+        LearnerJobConfig(secret_file="s", learner_hosts=own, run_learner_hosts=("n1",))
