@@ -92,20 +92,13 @@ def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
             continue
         if parsed[name] != base[name]:
             changed[name] = value
-    given = {
-        name: parsed[name]
-        for name in changed
-        if name in parsed and name not in configs.IMPLIED_FLAGS
-    }
-    for name in configs.IMPLIED_FLAGS:  # in order: each may follow the one before
-        if name not in parsed:
-            continue
-        if parsed[name] == configuration_values(benchmark, given=given)[name]:
-            changed.pop(name, None)
-        else:  # the configuration's value where the run's other changes imply another
-            changed[name] = saved[name]
-            given[name] = parsed[name]
-    return dict(sorted(changed.items()))
+    implied = set(configs.IMPLIED_FLAGS) & set(parsed)
+    given = {name: parsed[name] for name in changed if name in parsed and name not in implied}
+    kept = configs.implied_to_keep(
+        parsed, given, lambda values: configuration_values(benchmark, given=values)
+    )
+    changed = {name: value for name, value in changed.items() if name not in implied}
+    return dict(sorted({**changed, **{name: saved[name] for name in kept}}.items()))
 
 
 def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list[str]:

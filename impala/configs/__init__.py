@@ -49,6 +49,7 @@ from impala.configs.roles import (
     LearnerJobConfig,
     LocalConfig,
     implied_defaults,
+    implied_to_keep,
 )
 
 # The configs whose declared fields are experiment.py's flags, in the order --help lists them.
@@ -82,6 +83,7 @@ __all__ = [
     "check_learner_hosts",
     "check_repeat_action_probability",
     "implied_defaults",
+    "implied_to_keep",
     "parse_address",
     "preset_config",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from impala import run_folder
@@ -82,6 +82,23 @@ def implied_defaults(
             replaying = True  # the config's check names what is wrong; the default stays
         implied["batch_reuse"] = BATCH_REUSE_REPLAYING if replaying else BATCH_REUSE_FRESH
     return implied
+
+
+def implied_to_keep(
+    saved: Mapping[str, Any],
+    given: Mapping[str, Any],
+    implied: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Of a run's `saved` values (flag name -> parsed value) of the flags whose default follows
+    others (`IMPLIED_FLAGS`), those that `given` (the flags the run is given) would not bring
+    about: each whose saved value is not the one `implied` (the flags' values under those
+    given) gives it. In IMPLIED_FLAGS' order, each under `given` and the ones kept before it
+    (--batch_reuse after --replay_parameters)."""
+    given, kept = dict(given), {}
+    for name in IMPLIED_FLAGS:
+        if name in saved and name not in given and saved[name] != implied(given)[name]:
+            kept[name] = given[name] = saved[name]
+    return kept
 
 
 @config

@@ -152,22 +152,23 @@ def run_flags(run_dir: str) -> tuple[dict[str, object], int, int, str]:
         for name, value in parsed.items()
         if name not in given and value != impala_flags.unset_value(name, preset)
     }
-    forwarded = {**kept, **given}
     # A flag whose default follows others is kept where the processes would imply another
-    # value than the run's from what is forwarded; in IMPLIED_FLAGS' order, each following the
-    # ones before it (--batch_reuse after --replay_parameters).
-    for name in configs.IMPLIED_FLAGS:
-        if name in parsed and name not in forwarded:
-            with impala_flags.as_forwarded(forwarded):
-                implied = FLAGS[name].value
-            if parsed[name] != implied:
-                kept[name] = forwarded[name] = parsed[name]
+    # value than the run's from what is forwarded.
+    kept.update(configs.implied_to_keep(parsed, {**kept, **given}, _processes_values))
+    forwarded = {**kept, **given}
     note = (
         f"[run_local] resuming {run_dir} as it was started: {num_learners} learner(s), "
         f"{num_actors} actor(s)"
         + (f", {planning.shell_line(planning.forwarded_flags(kept))}" if kept else "")
     )
     return forwarded, num_learners, num_actors, note
+
+
+def _processes_values(forwarded: Mapping[str, object]) -> dict[str, object]:
+    """The values the run's processes give the flags whose default follows others, when a
+    launcher passes on `forwarded`."""
+    with impala_flags.as_forwarded(forwarded):
+        return {name: FLAGS[name].value for name in configs.IMPLIED_FLAGS}
 
 
 def _saved_flags(run_dir: str) -> tuple[dict[str, object] | None, int, str]:
