@@ -33,7 +33,9 @@ pong: trains into `--out_dir` to `--frames` emulator frames (Sample Factory's
   `benchmarks/learning.py` finds them), the final and best mean, frames/s, the settings it ran
   with. Stopped (Ctrl-C, SIGTERM), Sample Factory saves a checkpoint and the run is reported so
   far; the same command again resumes it from that checkpoint (its default
-  `--restart_behavior=resume`). `--report_only` reports on the run in `--out_dir` as it is.
+  `--restart_behavior=resume`); if it cannot load that checkpoint and starts from scratch, it
+  is killed at once and the command fails. `--report_only` reports on the run in `--out_dir` as
+  it is.
 
 Stopping this command stops every Sample Factory process (its whole process group): first as
 Ctrl-C would (its learner saves), then, after a minute or at a second signal, killed.
@@ -65,7 +67,7 @@ from benchmarks.peer_commands import (
     pong_command,
     throughput_command,
 )
-from benchmarks.peer_process import run_sf, tail
+from benchmarks.peer_process import ResumeError, run_sf, tail
 from impala import run_folder
 from impala.curves import curve_file
 
@@ -232,7 +234,10 @@ def pong() -> int:
     with open(os.path.join(out_dir, _COMMANDS), "a") as f:
         f.write(shlex.join(argv) + "\n")
     log_path = os.path.join(out_dir, "sf_output.log")
-    status, stopped = run_sf(argv, log_path, cwd=out_dir)
+    try:
+        status, stopped = run_sf(argv, log_path, cwd=out_dir, resuming=done is not None)
+    except ResumeError as error:
+        raise RunError(str(error)) from None
     if stopped:
         print("[peer] stopped before the budget: reporting the frames trained", flush=True)
     elif status != 0:

@@ -13,6 +13,14 @@ from benchmarks import peer_results
 
 STOP_GRACE_SECS = 60  # after Ctrl-C's signal, the time Sample Factory has to save and stop
 _PROGRESS_SECS = 60
+# What Sample Factory's learner logs when no checkpoint could be loaded, and then trains from
+# scratch (into the same folder, beside the checkpoints it could not read).
+FROM_SCRATCH = "Did not load from checkpoint, starting from scratch"
+LOADED = "Loaded experiment state at"  # and this once it has loaded one
+
+
+class ResumeError(Exception):
+    """Sample Factory, asked to resume, could not load its checkpoint: stopped at once."""
 
 
 def _die_with_parent() -> None:
@@ -24,11 +32,22 @@ def _die_with_parent() -> None:
 
 def _child_env() -> dict[str, str]:
     """This environment without the project's venv and paths; no network for wandb or the
-    Hugging Face hub (neither is used)."""
+    Hugging Face hub (neither is used).
+
+    Sample Factory 2.1.1 loads its checkpoints with `torch.load`'s default, which since torch 2.6
+    loads weights only and refuses the numpy scalars its checkpoints hold, so a resume trained
+    from scratch; `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD` gives back the old default. The files it
+    loads are the run's own, written by the same command into `--out_dir`.
+    """
     env = {
         k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
     }
-    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    env.update(
+        PYTHONUNBUFFERED="1",
+        WANDB_MODE="disabled",
+        HF_HUB_OFFLINE="1",
+        TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1",
+    )
     return env
 
 
@@ -58,15 +77,36 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def run_sf(argv: list[str], log_path: str, cwd: str) -> tuple[int, bool]:
+def _log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _logged_since(log_path: str, start: int, text: str) -> bool:
+    """Whether `text` is in what the log gained since byte `start`."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            return text.encode() in f.read()
+    except OSError:
+        return False
+
+
+def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> tuple[int, bool]:
     """Runs `argv` in a new process group, its output appended to `log_path`, printing its
     progress every minute. SIGINT, SIGTERM and SIGHUP stop the group: Ctrl-C's signal first
     (Sample Factory's learner saves), SIGKILL after `STOP_GRACE_SECS` or at a second signal.
+    `resuming`: the run has a checkpoint, so a start from scratch kills the group at once
+    (before it saves over the run) and raises ResumeError.
 
     Returns:
       (exit status, whether a signal stopped it).
     """
     requested: list[float] = []
+    start = _log_size(log_path)
+    resumed = not resuming
     child: subprocess.Popen | None = None
 
     def stop(signum, frame):
@@ -97,6 +137,15 @@ def run_sf(argv: list[str], log_path: str, cwd: str) -> tuple[int, bool]:
             time.sleep(1.0)
             if requested and time.monotonic() - requested[0] > STOP_GRACE_SECS:
                 _signal_group(child.pid, signal.SIGKILL)
+            if not resumed:
+                if _logged_since(log_path, start, FROM_SCRATCH):
+                    _signal_group(child.pid, signal.SIGKILL)
+                    child.wait()
+                    raise ResumeError(
+                        f"Sample Factory could not load its checkpoint and began to train from "
+                        f"scratch: stopped (see {log_path})"
+                    )
+                resumed = _logged_since(log_path, start, LOADED)
             if time.monotonic() - last_progress >= _PROGRESS_SECS:
                 last_progress = time.monotonic()
                 _print_progress(log_path)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -334,6 +335,42 @@ def test_a_group_that_ignores_ctrl_c_is_killed_after_the_grace(tmp_path, monkeyp
     (status, stopped), worker = _stand_in(tmp_path, "ignore")
     assert stopped and status == -signal.SIGKILL
     assert _gone(worker)
+
+
+# A stand-in for a Sample Factory that could not load its checkpoint: it logs what Sample
+# Factory's learner logs then, with a worker in its group, and would go on for a minute.
+_FROM_SCRATCH = f"""
+import subprocess, sys, time
+worker = subprocess.Popen(["sleep", "60"])
+print("worker", worker.pid, flush=True)
+print("[2026-12-07 05:39:02,539][15509] {peer_process.FROM_SCRATCH}!", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_a_resume_that_starts_from_scratch_is_killed_at_once(tmp_path):
+    log = tmp_path / "sf.log"
+    log.write_text(f"an earlier start: {peer_process.FROM_SCRATCH}!\n")  # not this start's
+    began = time.monotonic()
+    with pytest.raises(peer_process.ResumeError, match="could not load its checkpoint"):
+        peer_process.run_sf(
+            [sys.executable, "-c", _FROM_SCRATCH, "60"], str(log), str(tmp_path), resuming=True
+        )
+    assert time.monotonic() - began < 20
+    assert _gone(int(log.read_text().split("worker ")[1].split()[0]))
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_first_start_from_scratch_is_left_to_train(tmp_path):
+    log = tmp_path / "sf.log"
+    status, stopped = peer_process.run_sf(
+        [sys.executable, "-c", _FROM_SCRATCH, "2"], str(log), str(tmp_path)
+    )
+    assert (status, stopped) == (0, False)
+
+
+def test_sample_factory_loads_its_own_checkpoints_as_torch_did_before_2_6():
+    assert peer_process._child_env()["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
 
 
 # --- the set-up's fixes -----------------------------------------------------------------------
