@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import time
@@ -106,7 +107,7 @@ def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> 
     """
     requested: list[float] = []
     start = _log_size(log_path)
-    resumed = not resuming
+    resumed, from_scratch = not resuming, False
     child: subprocess.Popen | None = None
 
     def stop(signum, frame):
@@ -139,12 +140,10 @@ def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> 
                 _signal_group(child.pid, signal.SIGKILL)
             if not resumed:
                 if _logged_since(log_path, start, FROM_SCRATCH):
+                    from_scratch = True
                     _signal_group(child.pid, signal.SIGKILL)
                     child.wait()
-                    raise ResumeError(
-                        f"Sample Factory could not load its checkpoint and began to train from "
-                        f"scratch: stopped (see {log_path})"
-                    )
+                    break
                 resumed = _logged_since(log_path, start, LOADED)
             if time.monotonic() - last_progress >= _PROGRESS_SECS:
                 last_progress = time.monotonic()
@@ -155,10 +154,32 @@ def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> 
             time.sleep(0.5)
         if group_alive(child.pid):
             _signal_group(child.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while group_alive(child.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if from_scratch:
+        raise ResumeError(_resume_failure(log_path, start))
     return child.returncode, bool(requested)
+
+
+def _resume_failure(log_path: str, start: int) -> str:
+    """The one-line error of a resume that started from scratch, naming the checkpoint."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    loading = re.findall(r"Loading state from checkpoint (\S+?)\.\.\.", text)
+    which = f" {loading[-1]}" if loading else ""
+    return (
+        f"Sample Factory could not load its checkpoint{which} and began to train from scratch: "
+        f"killed before it saved; its error is in {log_path}. Move that checkpoint aside to "
+        "resume from the one before it, or give a new --out_dir"
+    )
 
 
 def tail(path: str, size: int = 1 << 16) -> str:

@@ -337,24 +337,28 @@ def test_a_group_that_ignores_ctrl_c_is_killed_after_the_grace(tmp_path, monkeyp
     assert _gone(worker)
 
 
-# A stand-in for a Sample Factory that could not load its checkpoint: it logs what Sample
-# Factory's learner logs then, with a worker in its group, and would go on for a minute.
-_FROM_SCRATCH = f"""
+# A stand-in for Sample Factory's start: it logs what Sample Factory's learner logs when it
+# could not load a checkpoint (argv[2] "scratch") or loaded one ("loaded"), with a worker in its
+# group, and both go on for argv[1] seconds.
+_START = f"""
 import subprocess, sys, time
-worker = subprocess.Popen(["sleep", "60"])
+worker = subprocess.Popen(["sleep", sys.argv[1]])
 print("worker", worker.pid, flush=True)
-print("[2026-12-07 05:39:02,539][15509] {peer_process.FROM_SCRATCH}!", flush=True)
+said = {{"scratch": "{peer_process.FROM_SCRATCH}!", "loaded": "{peer_process.LOADED} 416"}}
+print("[2026-12-07 05:39:02,538][15509] Loading state from checkpoint /r/checkpoint_7.pth...")
+print("[2026-12-07 05:39:02,539][15509]", said[sys.argv[2]], flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
 
 def test_a_resume_that_starts_from_scratch_is_killed_at_once(tmp_path):
     log = tmp_path / "sf.log"
-    log.write_text(f"an earlier start: {peer_process.FROM_SCRATCH}!\n")  # not this start's
     began = time.monotonic()
-    with pytest.raises(peer_process.ResumeError, match="could not load its checkpoint"):
+    with pytest.raises(
+        peer_process.ResumeError, match=r"could not load its checkpoint /r/checkpoint_7.pth and"
+    ):
         peer_process.run_sf(
-            [sys.executable, "-c", _FROM_SCRATCH, "60"], str(log), str(tmp_path), resuming=True
+            [sys.executable, "-c", _START, "60", "scratch"], str(log), str(tmp_path), resuming=True
         )
     assert time.monotonic() - began < 20
     assert _gone(int(log.read_text().split("worker ")[1].split()[0]))
@@ -364,7 +368,16 @@ def test_a_resume_that_starts_from_scratch_is_killed_at_once(tmp_path):
 def test_a_first_start_from_scratch_is_left_to_train(tmp_path):
     log = tmp_path / "sf.log"
     status, stopped = peer_process.run_sf(
-        [sys.executable, "-c", _FROM_SCRATCH, "2"], str(log), str(tmp_path)
+        [sys.executable, "-c", _START, "2", "scratch"], str(log), str(tmp_path)
+    )
+    assert (status, stopped) == (0, False)
+
+
+def test_a_resume_is_judged_on_its_own_start_not_on_the_log_of_earlier_ones(tmp_path):
+    log = tmp_path / "sf.log"
+    log.write_text(f"the first start: {peer_process.FROM_SCRATCH}!\n")
+    status, stopped = peer_process.run_sf(
+        [sys.executable, "-c", _START, "2", "loaded"], str(log), str(tmp_path), resuming=True
     )
     assert (status, stopped) == (0, False)
 
