@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
+import threading
+import time
+from collections.abc import Collection
 
 
 def check_learner_hosts(learner_hosts: tuple[str, ...]) -> None:
@@ -38,3 +43,36 @@ def parse_address(address: str, flag: str) -> tuple[str, int]:
     if not host or host.startswith("-") or not all(c.isprintable() and c not in " /" for c in host):
         raise ValueError(f"{flag}: {address!r}: {host!r} is not a host name or address")
     return host, int(port)
+
+
+def resolve(hosts: Collection[str], timeout: float) -> dict[str, set[str]]:
+    """Each host's addresses (IPv4-mapped IPv6 ones as IPv4), resolved at once, for at most
+    `timeout` seconds in all; a name that does not resolve in time has none."""
+    found: dict[str, set[str]] = {}
+
+    def lookup(host: str) -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return
+        found[host] = {_canonical(info[4][0]) for info in infos}
+
+    # Daemon threads: a resolver that hangs neither holds this up past the deadline nor keeps
+    # the process from exiting.
+    threads = [threading.Thread(target=lookup, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return {host: set(found.get(host, ())) for host in hosts}
+
+
+def _canonical(address: str) -> str:
+    """`address` as one spelling: ::ffff:127.0.0.1 is 127.0.0.1, and a zone is dropped."""
+    try:
+        parsed = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return str(mapped or parsed)

@@ -221,8 +221,9 @@ class LearnerJobConfig(_Connected):
     run_learner_hosts: tuple[str, ...] = setting(
         (),
         "host:port of every learner of every one of the run's policies (launchers set it in a "
-        "run of several): a learner refuses replays that those on its host would not fit in "
-        "its free memory between them. Without it, those of its own --learner_hosts.",
+        "run of several): a learner's first start refuses replays that those on its host "
+        "would not fit in its free memory between them. Without it, those of its own "
+        "--learner_hosts.",
     )
     queue_capacity: int = setting(
         0,
@@ -295,13 +296,29 @@ class LearnerJobConfig(_Connected):
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
 
-    def learners_on_host(self, rank: int) -> int:
-        """The learners of the run on the host of the learner of rank `rank`, by the host part
-        of their addresses: every policy's (`run_learner_hosts`), else this policy's."""
-        own_host = parse_address(self.learner_hosts[rank], "--learner_hosts")[0]
+    def run_learner_host_names(self) -> set[str]:
+        """The host part of every address `learners_on_host` counts."""
         flag = "--run_learner_hosts" if self.run_learner_hosts else "--learner_hosts"
         everyone = self.run_learner_hosts or self.learner_hosts
-        return sum(parse_address(address, flag)[0] == own_host for address in everyone)
+        return {parse_address(address, flag)[0] for address in everyone}
+
+    def learners_on_host(self, rank: int, resolved: Mapping[str, set[str]] | None = None) -> int:
+        """The learners of the run on the host of the learner of rank `rank`: every policy's
+        (`run_learner_hosts`), else this policy's. Two addresses are on one host when their
+        host parts are one name, whatever its case, or resolve to a shared address
+        (`resolved`: each name's addresses, as `addresses.resolve` gives them)."""
+        resolved = resolved or {}
+        own_host = parse_address(self.learner_hosts[rank], "--learner_hosts")[0]
+        own_addresses = resolved.get(own_host, set())
+        flag = "--run_learner_hosts" if self.run_learner_hosts else "--learner_hosts"
+        everyone = self.run_learner_hosts or self.learner_hosts
+        count = 0
+        for address in everyone:
+            host = parse_address(address, flag)[0]
+            count += host.lower() == own_host.lower() or bool(
+                resolved.get(host, set()) & own_addresses
+            )
+        return count
 
     @property
     def replays(self) -> tuple[replay.Replay, ...]:

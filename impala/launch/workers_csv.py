@@ -34,9 +34,8 @@ import ipaddress
 import os
 import posixpath
 import re
-import socket
-import threading
-import time
+
+from impala.configs import addresses
 
 REQUIRED_COLUMNS = (
     "job",
@@ -353,35 +352,5 @@ def _check_endpoints(path: str, workers: list[Worker]) -> None:
 
 
 def resolve(hosts: set[str], timeout: float | None = None) -> dict[str, set[str]]:
-    """Each host's addresses (IPv4-mapped IPv6 ones as IPv4), resolved at once, for at most
-    `timeout` seconds in all (default `RESOLVE_TIMEOUT_SECS`); a name that does not resolve in
-    time has none."""
-    timeout = RESOLVE_TIMEOUT_SECS if timeout is None else timeout
-    found: dict[str, set[str]] = {}
-
-    def lookup(host: str) -> None:
-        try:
-            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
-            return
-        found[host] = {_canonical(info[4][0]) for info in infos}
-
-    # Daemon threads: a resolver that hangs neither holds this up past the deadline nor keeps
-    # the process from exiting.
-    threads = [threading.Thread(target=lookup, args=(host,), daemon=True) for host in hosts]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return {host: set(found.get(host, ())) for host in hosts}
-
-
-def _canonical(address: str) -> str:
-    """`address` as one spelling: ::ffff:127.0.0.1 is 127.0.0.1, and a zone is dropped."""
-    try:
-        parsed = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address
-    mapped = getattr(parsed, "ipv4_mapped", None)
-    return str(mapped or parsed)
+    """`addresses.resolve` within `timeout` seconds (default `RESOLVE_TIMEOUT_SECS`)."""
+    return addresses.resolve(hosts, RESOLVE_TIMEOUT_SECS if timeout is None else timeout)

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import networks
 from impala import build, run_tls, transport
-from impala.configs import LearnerConfig, LearnerJobConfig
+from impala.configs import LearnerConfig, LearnerJobConfig, addresses
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
 from impala.learner.population import Population
@@ -70,7 +70,7 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
             encode=make_encoder(agent),
         )
         queue_capacity = _replay_queue_capacity(config, mixer)
-        learners_here = max(topology.local_size, config.learners_on_host(topology.rank))
+        learners_here = learners_to_count(config, topology, resumed=resumed_from is not None)
         _check_replay_memory(config, mixer, spec, learners_here, chief_report)
     if run_dir and topology.is_chief:
         # Only now: a start that failed (a bad flag, another run's checkpoint, replays too
@@ -149,6 +149,31 @@ def _replay_queue_capacity(config: LearnerJobConfig, mixer: Mixer) -> int:
     least one whole batch, which the first batches (all fresh, until the replays hold their
     shares) take from it."""
     return max(config.learner.batch_size, mixer.queue.capacity * mixer.fresh_share)
+
+
+# How long the learner waits for the run's learner host names to resolve, all together.
+RESOLVE_SECS = 5.0
+
+
+def learners_to_count(config: LearnerJobConfig, topology, resumed: bool) -> int:
+    """The learners on this host whose replays the memory check counts against what is free.
+
+    A first start counts every learner of the run on the host (`learners_on_host`, names that
+    resolve to one address counted as one host), none of which holds its replays yet. A start
+    from a checkpoint, a resume or a restart after a learner died, counts this policy's
+    learners only, Horovod's local ones, which all start again together: another policy's
+    learners may be running, and what their replays hold is no longer free, so counting them
+    too would count it twice and refuse a restart that fits (for good: the refusal is final).
+    A user's resume of the whole run counts so too: its first start checked the run's learners
+    together, with the same flags.
+    """
+    if resumed:
+        return topology.local_size
+    names = config.run_learner_host_names()
+    resolved = (
+        addresses.resolve(names, RESOLVE_SECS) if len({name.lower() for name in names}) > 1 else {}
+    )
+    return max(topology.local_size, config.learners_on_host(topology.rank, resolved))
 
 
 def _check_replay_memory(

@@ -370,10 +370,10 @@ def test_a_name_and_its_address_are_one_host_too(tmp_path, monkeypatch):
 
     def getaddrinfo(host, port, type=0):
         if host not in addresses:
-            raise workers_csv.socket.gaierror(-2, "Name or service not known")
+            raise socket.gaierror(-2, "Name or service not known")
         return [(2, 1, 6, "", (address, 0)) for address in addresses[host]]
 
-    monkeypatch.setattr(workers_csv.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     rows = f"{HEADER}\nlearner,node1.lan,8001,22,,,\nlearner,node2.lan,8001,22,,,\nactor,h,,22,,,\n"
     assert len(_read(tmp_path, rows)) == 3  # two hosts: one port each
     other_port = rows + "learner,10.0.0.5,8002,22,,,\n"
@@ -389,7 +389,7 @@ def test_a_resolver_that_hangs_holds_the_csv_up_for_a_bounded_time(tmp_path, mon
         time.sleep(30)  # long after the test: the answer, if it came, would not be waited for
         raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
 
-    monkeypatch.setattr(workers_csv.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     monkeypatch.setattr(workers_csv, "RESOLVE_TIMEOUT_SECS", 0.5)
     started = time.monotonic()
     workers = _read(

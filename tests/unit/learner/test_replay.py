@@ -101,6 +101,38 @@ def test_replays_that_do_not_fit_in_free_memory_are_refused_for_all_learners_of_
     assert "run fewer learners on this host" in three and "\n" not in three
 
 
+def test_a_first_start_counts_the_runs_learners_on_the_host_and_a_restart_its_own_policys():
+    """Two policies, one learner each, both on this machine under two spellings: a first start
+    counts both (neither holds its replays yet); a restart from a checkpoint counts its own
+    policy's, as the other policy's replays are no longer free memory."""
+    from impala.configs import LearnerJobConfig
+    from impala.learner.allreduce import Topology
+
+    run = ("localhost:8001", "127.0.0.1:9001")
+    policy_1 = LearnerJobConfig(
+        secret_file="s", learner_hosts=("127.0.0.1:9001",), run_learner_hosts=run
+    )
+    alone = Topology(rank=0, size=1, local_rank=0, local_size=1)
+    assert start.learners_to_count(policy_1, alone, resumed=False) == 2
+    assert start.learners_to_count(policy_1, alone, resumed=True) == 1
+    two_here = Topology(rank=0, size=2, local_rank=0, local_size=2)
+    assert start.learners_to_count(policy_1, two_here, resumed=True) == 2
+    # Names that differ only in case are one host, without asking a resolver.
+    upper = LearnerJobConfig(
+        secret_file="s", learner_hosts=("N1:9001",), run_learner_hosts=("n1:8001", "N1:9001")
+    )
+    assert upper.learners_on_host(0) == 2
+    # A name and its address, once resolved; another host's address is not counted.
+    other = LearnerJobConfig(
+        secret_file="s",
+        learner_hosts=("n1:9001",),
+        run_learner_hosts=("n1:8001", "10.0.0.5:8002", "10.0.0.6:8003", "n1:9001"),
+    )
+    assert other.learners_on_host(0) == 2
+    resolved = {"n1": {"10.0.0.5"}, "10.0.0.5": {"10.0.0.5"}, "10.0.0.6": {"10.0.0.6"}}
+    assert other.learners_on_host(0, resolved) == 3
+
+
 def test_batches_follow_the_ratios_once_the_replay_holds_its_share():
     replays = replay_config.parse(
         '[{"type": "queue", "capacity": 1, "sample_ratio": 0.25},'
