@@ -94,6 +94,10 @@ def parse(text: str) -> tuple[Replay, ...]:
             f"{FLAG}: not JSON ({error.msg} at character {error.pos + 1}); give a list such as "
             '\'[{"type": "queue", "capacity": 1, "sample_ratio": 1.0}]\''
         ) from None
+    except (ValueError, RecursionError):  # an integer of over 4,300 digits; nesting too deep
+        raise ValueError(
+            f"{FLAG}: JSON nested too deeply, or with a number too long, to be a list of replays"
+        ) from None
     if not isinstance(items, list) or not items:
         raise ValueError(f"{FLAG}: must be a JSON list of at least one replay (an object each)")
     replays = tuple(_replay(index, item) for index, item in enumerate(items, start=1))
@@ -110,14 +114,14 @@ def _replay(index: int, item: Any) -> Replay:
         raise ValueError(f"{where}: must be an object with type, capacity and sample_ratio")
     kind = item.get("type")
     if not isinstance(kind, str) or kind.lower() not in TYPES:
-        raise ValueError(f"{where}: type must be one of {', '.join(TYPES)}, not {kind!r}")
+        raise ValueError(f"{where}: type must be one of {', '.join(TYPES)}, not {_shown(kind)}")
     kind = kind.lower()
     where = f"{where} ({kind})"
     allowed = _COMMON_KEYS + (_CUSTOM_KEYS if kind == "custom" else ())
     for key in item:
         if key not in allowed:
             raise ValueError(
-                f"{where}: unknown key {key!r}; a {kind} replay takes {', '.join(allowed)}"
+                f"{where}: unknown key {_shown(key)}; a {kind} replay takes {', '.join(allowed)}"
             )
     for key in ("capacity", "sample_ratio"):
         if key not in item:
@@ -125,7 +129,7 @@ def _replay(index: int, item: Any) -> Replay:
     capacity = _integer(where, "capacity", item["capacity"], 1, MAX_CAPACITY)
     ratio = item["sample_ratio"]
     if _not_number(ratio) or not 0 < ratio <= 1:
-        raise ValueError(f"{where}: sample_ratio must be a number in (0, 1], not {ratio!r}")
+        raise ValueError(f"{where}: sample_ratio must be a number in (0, 1], not {_shown(ratio)}")
     if kind != "custom":
         return Replay(kind, capacity, float(ratio))
     return _custom(where, item, capacity, float(ratio))
@@ -142,7 +146,7 @@ def _custom(where: str, item: dict, capacity: int, ratio: float) -> Replay:
     )
     alfa = item["alfa_annealing_factor"]
     if _not_number(alfa) or not 0 < alfa < math.inf:
-        raise ValueError(f"{where}: alfa_annealing_factor must be a number > 0, not {alfa!r}")
+        raise ValueError(f"{where}: alfa_annealing_factor must be a number > 0, not {_shown(alfa)}")
     elite = _choice(
         where,
         "elite_sampling_strategy",
@@ -166,14 +170,26 @@ def _custom(where: str, item: dict, capacity: int, ratio: float) -> Replay:
 
 
 def _not_number(value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, (int, float)) or value != value
+    """Whether `value` is not a number this list may give: a bool, NaN, or an integer beyond
+    +-2^53 (which float() may not take) are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return True
+    return isinstance(value, int) and abs(value) > 2**53
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error quotes it, at most 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _integer(where: str, key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{where}: {key} must be an integer in [{low}, {high}], not {value!r}")
+        raise ValueError(
+            f"{where}: {key} must be an integer in [{low}, {high}], not {_shown(value)}"
+        )
     return value
 
 
@@ -181,7 +197,7 @@ def _choice(where: str, key: str, value: Any, choices: tuple[str, ...]) -> str:
     if value is None:
         raise ValueError(f"{where}: {key} is missing; one of {', '.join(choices)}")
     if not isinstance(value, str) or value.lower() not in choices:
-        raise ValueError(f"{where}: {key} must be one of {', '.join(choices)}, not {value!r}")
+        raise ValueError(f"{where}: {key} must be one of {', '.join(choices)}, not {_shown(value)}")
     return value.lower()
 
 

@@ -69,6 +69,17 @@ def make_optimizer(config: LearnerConfig, learning_rate: tf.Variable) -> snt.Opt
     )
 
 
+def nonnegative_slots(optimizer: snt.Optimizer) -> list[tf.Variable]:
+    """The optimiser's variables that a finite step needs >= 0: Adam's second moments and step
+    count, RMSProp's mean squares (a step takes their square root). A state copied from another
+    process (population-based training) is checked against it."""
+    if isinstance(optimizer, snt.optimizers.Adam):
+        return [*optimizer.v, optimizer.step]
+    if isinstance(optimizer, snt.optimizers.RMSProp):
+        return list(optimizer.ms)
+    return []
+
+
 # Wraps the gradient tape; the distributed learner passes Horovod's DistributedGradientTape.
 TapeWrapper = Callable[[tf.GradientTape], Any]
 # Reduces a bool scalar of this learner's to whether it holds on every learner.

@@ -65,9 +65,11 @@ class Status:
                 hyperparameters=fields["hyperparameters"],
                 generation=fields["generation"],
             )
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError):
+            sound = status.policy == policy and status.is_sound()
+        # RecursionError: JSON nested deeper than the parser goes, which fits in a status.
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
             return None
-        return status if status.policy == policy and status.is_sound() else None
+        return status if sound else None
 
     def is_sound(self) -> bool:
         return (
@@ -92,13 +94,24 @@ def hyperparameters_are_sound(hyperparameters: object) -> bool:
     )
 
 
+# The largest integer JSON from another process may give for a count or a number: float64 holds
+# every integer up to it exactly (a 400-digit one would overflow float() and math.isfinite).
+MAX_JSON_INT = 2**53
+
+
 def is_count(value: object) -> bool:
-    """Whether `value` (read from JSON another process wrote) is an int >= 0, not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """Whether `value` (read from JSON another process wrote) is an int in [0, 2^53], not a
+    bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_JSON_INT
 
 
 def _is_finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether `value` is a finite float, or an int (not a bool) within +-2^53."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= MAX_JSON_INT
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def objective(returns: Sequence[float], window: int) -> float | None:

@@ -21,7 +21,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -29,7 +29,7 @@ import tensorflow as tf
 from impala import run_folder
 from impala.configs import LearnerJobConfig
 from impala.learner import allreduce, checkpoints, pbt
-from impala.learner.optimise import Trainer
+from impala.learner.optimise import Trainer, nonnegative_slots
 from impala.transport import wire
 from impala.transport.peers import PolicyPeer
 
@@ -69,6 +69,10 @@ class Population:
         self._seed = config.game.seed
         self._trainer = trainer
         self._variables = list(variables)
+        slots = {slot.ref() for slot in nonnegative_slots(trainer.optimizer)}
+        self._nonnegative = frozenset(
+            index for index, variable in enumerate(self._variables) if variable.ref() in slots
+        )
         self._run_dir = run_dir
         self._checkpoint_dir = os.path.join(run_dir, run_folder.CHECKPOINTS) if run_dir else ""
         self._is_chief = is_chief
@@ -218,7 +222,7 @@ class Population:
             raise PbtStateError(
                 f"policy {donor}'s state did not come within {STATE_TIMEOUT_SECS:.0f} s"
             )
-        header, arrays = decode_state(answer, donor, self._variables)
+        header, arrays = decode_state(answer, donor, self._variables, self._nonnegative)
         for variable, values in zip(self._variables, arrays, strict=True):
             variable.assign(values)
         self._report(
@@ -284,10 +288,12 @@ class Population:
 
 
 def decode_state(
-    data: bytes, donor: int, variables: Sequence[tf.Variable]
+    data: bytes, donor: int, variables: Sequence[tf.Variable], nonnegative: Collection[int] = ()
 ) -> tuple[dict, list[np.ndarray]]:
     """The header and the values of a `PolicyState` answer from policy `donor`, checked against
-    `variables` (the same shapes and dtypes, finite floats).
+    `variables`: the same shapes and dtypes, finite floats, integers within +-2^53, and no
+    negative value in the variables at the indices `nonnegative` (the optimiser slots a step
+    takes the square root of: finite but negative, they would make the next step's weights NaN).
 
     Raises:
       PbtStateError: one line saying what is wrong; nothing was assigned.
@@ -308,12 +314,13 @@ def decode_state(
             and pbt.hyperparameters_are_sound(header.get("hyperparameters"))
             and all(pbt.is_count(header.get(k)) for k in ("frames", "generation"))
         )
-    except (ValueError, UnicodeDecodeError):
+    # RecursionError: JSON nested deeper than the parser goes, which fits in a header.
+    except (ValueError, UnicodeDecodeError, RecursionError):
         sound = False
     if not sound:
         raise PbtStateError(f"{where}: its header does not describe this policy's variables")
     offset, arrays = wire.STATE_HEADER.size + size, []
-    for variable in variables:
+    for index, variable in enumerate(variables):
         dtype = np.dtype(variable.dtype.as_numpy_dtype).newbyteorder("<")
         count = math.prod(variable.shape)
         end = offset + count * dtype.itemsize
@@ -322,11 +329,22 @@ def decode_state(
         values = np.frombuffer(data, dtype, count, offset).reshape(variable.shape)
         if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
             raise PbtStateError(f"{where}: holds values that are not finite")
+        if values.dtype.kind in "iu" and _beyond(values, pbt.MAX_JSON_INT):
+            raise PbtStateError(f"{where}: {variable.name} holds integers beyond +-2^53")
+        if index in nonnegative and values.size and values.min() < 0:
+            raise PbtStateError(
+                f"{where}: {variable.name} holds negative values, where the optimiser takes a "
+                "square root"
+            )
         arrays.append(values.astype(dtype.newbyteorder("=")))
         offset = end
     if offset != len(data):
         raise PbtStateError(f"{where}: {len(data) - offset} bytes more than its variables take")
     return header, arrays
+
+
+def _beyond(values: np.ndarray, bound: int) -> bool:
+    return bool(values.size) and (values.max() > bound or values.min() < -bound)
 
 
 def _little_endian(values: np.ndarray) -> np.ndarray:

@@ -133,6 +133,7 @@ class LearnerService:
         self._state_wanted = False
         self._state_reply = b""
         self._state_count = 0
+        self._state_waiters = 0
         self._authenticator = Authenticator(secret, self._refusals.count_wrong_secret)
         self._server = serving.serve(
             address, self._behaviours(), self._authenticator, spec.max_enqueue_bytes, tls
@@ -380,18 +381,29 @@ class LearnerService:
             # the call would hold one of the server's few threads for `STATE_WAIT_SECS`.
             return b""
         with self._state:
+            if self._state_waiters >= MAX_STATE_WAITERS:
+                # The others wait on the server's few threads, which the actors' calls that
+                # let the learner step also need: more would stall the policy's training.
+                return b""
             asked = self._state_count
             self._state_wanted = True
-            if not self._state.wait_for(
-                lambda: self._state_count > asked or self._finished, STATE_WAIT_SECS
-            ):
-                return b""
+            self._state_waiters += 1
+            try:
+                if not self._state.wait_for(
+                    lambda: self._state_count > asked or self._finished, STATE_WAIT_SECS
+                ):
+                    return b""
+            finally:
+                self._state_waiters -= 1
             return self._state_reply if self._state_count > asked else b""
 
 
 # How long a `PolicyState` call waits for the learner to take its snapshot: a step, or the
 # learner's own look at the population (calls to the other policies).
 STATE_WAIT_SECS = 60.0
+# `PolicyState` calls that may wait at once (of `serving.SERVER_THREADS`); one more is answered
+# b'' at once, as if no snapshot came, and its caller sits that look out.
+MAX_STATE_WAITERS = 2
 
 
 @tf.function

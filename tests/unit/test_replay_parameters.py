@@ -111,6 +111,13 @@ def _custom(**changes):
         (_custom(p=0), "p must be an integer in [1, 16], not 0"),
         (_custom(insert_strategy="elite_insertion"), "unknown key 'insert_strategy'"),
         ("[" + "1," * 40000 + "1]", "more than a list of replays needs"),
+        ("[" * 30000 + "]" * 30000, "JSON nested too deeply, or with a number too long"),
+        ('[{"type": "queue", "capacity": 1, "sample_ratio": 1' + "0" * 5000 + "}]", "too long"),
+        (
+            _custom(alfa_annealing_factor=10**400),
+            "a number > 0, not 1000000000000000000000000000000000000...",
+        ),
+        (_custom(capacity=10**400), "capacity must be an integer in [1, 10000000], not 10000"),
     ],
 )
 def test_a_malformed_list_is_one_line_naming_the_replay_and_key(text, message):

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import sonnet as snt
 import tensorflow as tf
 
 from impala.configs import PbtConfig
@@ -118,10 +119,11 @@ def test_a_status_round_trips():
 
 
 class _Trainer:
-    def __init__(self):
+    def __init__(self, optimizer=None):
         from impala.learner.optimise import Hyperparameters
 
         self.hyperparameters = Hyperparameters(**HYPERPARAMETERS)
+        self.optimizer = optimizer or snt.optimizers.Adam(1e-3)
 
 
 def _variables():
@@ -191,6 +193,68 @@ def test_a_state_with_values_that_are_not_finite_is_refused():
     variables[0].assign(np.full((2, 3), np.nan, np.float32))
     with pytest.raises(population.PbtStateError, match="not finite"):
         population.decode_state(_state_of(variables), 1, _variables())
+
+
+def _adam_member(policy=1):
+    """A policy's variables as the learner lists them, the network's then a real Adam's (its
+    first moments, step count and second moments), after one step; and its member."""
+    weights = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+    optimizer = snt.optimizers.Adam(1e-3)
+    optimizer.apply([tf.ones([2, 3])], [weights])
+    variables = [weights, *optimizer.variables]
+    member = population.Population(
+        _config(policy), _Trainer(optimizer), variables, "", False, print, "0" * 64
+    )
+    return variables, optimizer, member
+
+
+def test_a_state_whose_optimiser_would_make_the_next_step_nan_is_refused():
+    """Finite values a lying peer may send that the next Adam step turns into NaN weights: a
+    negative second moment (its square root), a step count beyond 2^53 or below 0."""
+    mine, _, receiver = _adam_member(policy=0)
+    assert len(receiver._nonnegative) == 2  # the second moments and the step count
+    _, _, donor = _adam_member()
+    _, arrays = population.decode_state(donor._encode_state(9), 1, mine, receiver._nonnegative)
+    assert [a.shape for a in arrays] == [tuple(v.shape) for v in mine]
+    for damage, message in [
+        (lambda adam: adam.v[0].assign(-tf.ones([2, 3])), "adam/v/.* holds negative values"),
+        (lambda adam: adam.step.assign(-1), "adam/t.* holds negative values"),
+        (lambda adam: adam.step.assign(2**62), "adam/t.* holds integers beyond"),
+    ]:
+        _, optimizer, donor = _adam_member()
+        damage(optimizer)
+        with pytest.raises(population.PbtStateError, match=message) as error:
+            population.decode_state(donor._encode_state(9), 1, mine, receiver._nonnegative)
+        assert "\n" not in str(error.value)
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("objective", 10**400),
+        ("frames", 10**400),
+        ("hyperparameters", {**HYPERPARAMETERS, "learning_rate": 10**400}),
+        ("objective", "DEEP"),
+    ],
+)
+def test_a_status_with_a_huge_number_or_deep_json_is_left_out_not_raised(field, value):
+    text = json.dumps({**_status(1, 1.0).__dict__, field: value}).replace('"DEEP"', _deep(60000))
+    assert len(text) < 150_000
+    assert pbt.Status.decode(text.encode(), 1) is None
+
+
+def test_a_state_with_a_deeply_nested_header_is_refused_in_one_line():
+    variables = _variables()
+    data = _state_of(variables)
+    (size,) = wire.STATE_HEADER.unpack_from(data)
+    header = _deep(30000).encode()
+    damaged = wire.STATE_HEADER.pack(len(header)) + header + data[4 + size :]
+    with pytest.raises(population.PbtStateError, match="its header does not describe"):
+        population.decode_state(damaged, 1, variables)
 
 
 @pytest.mark.parametrize(

@@ -895,6 +895,41 @@ def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
     assert all(field.shape == (0,) for field in episodes)
 
 
+# ---- Population-based training's calls -------------------------------------------------------
+
+
+def test_policy_state_calls_beyond_two_are_answered_at_once_so_the_actors_keep_their_threads(
+    make_service,
+):
+    """A caller holding the secret sends many `PolicyState` calls at once with a plain grpcio
+    client: two wait for the next snapshot, the rest get b'' at once (were all to wait, they
+    would hold the server's threads that the actors' calls need for the learner to step), and
+    the two waiting get the snapshot the learner then takes."""
+    service, address = make_service(_lstm_spec())
+    service.publish_status(b'{"policy": 0}')  # in a population from now on
+    connection = grpc.insecure_channel(address)
+    policy_state = connection.unary_unary("/impala.Learner/PolicyState")
+    metadata = ((wire.SECRET_KEY, SECRET),)
+    try:
+        with futures.ThreadPoolExecutor(6) as pool:
+            calls = [
+                pool.submit(policy_state, b"", metadata=metadata, timeout=30) for _ in range(6)
+            ]
+            deadline = time.monotonic() + 10
+            while sum(call.done() for call in calls) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sum(call.done() for call in calls) == 4
+            assert all(call.result() == b"" for call in calls if call.done())
+            assert service.state_wanted
+            # The actors' calls still find threads while the two wait.
+            _client(address, _lstm_spec()).send(_unroll(_lstm_spec(), 2, np.random.default_rng(5)))
+            service.publish_state(b"the snapshot")
+            replies = sorted(call.result(timeout=10) for call in calls)
+        assert replies == [b""] * 4 + [b"the snapshot"] * 2
+    finally:
+        connection.close()
+
+
 # ---- The run secret -------------------------------------------------------------------------
 
 
