@@ -2,9 +2,13 @@
 another policy's (`impala/learner/population.py`): statuses and states as a hostile peer could
 send them."""
 
+import contextlib
+import dataclasses
 import json
 import random
+from concurrent import futures
 
+import grpc
 import numpy as np
 import pytest
 import sonnet as snt
@@ -255,6 +259,84 @@ def test_a_state_with_a_deeply_nested_header_is_refused_in_one_line():
     damaged = wire.STATE_HEADER.pack(len(header)) + header + data[4 + size :]
     with pytest.raises(population.PbtStateError, match="its header does not describe"):
         population.decode_state(damaged, 1, variables)
+
+
+class _Impostor(grpc.GenericRpcHandler):
+    """What answers at another policy's address: a plain grpcio server, which says what it
+    likes (raw bytes) to whoever calls, as a lying peer or a process on its port would."""
+
+    def __init__(self, answers: dict[str, bytes]):
+        self.answers = answers
+
+    def service(self, details):
+        answer = self.answers.get(details.method.rsplit("/", 1)[-1])
+        if answer is None:
+            return None
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: answer)
+
+
+@contextlib.contextmanager
+def _impostor(answers):
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    server.add_generic_rpc_handlers((_Impostor(answers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def _looking_member(address):
+    """Policy 0, rank 0, among the worst of two after its games, with policy 1 at `address`."""
+    weights = tf.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
+    optimizer = snt.optimizers.Adam(1e-3)
+    optimizer.apply([tf.ones([2, 3])], [weights])
+    config = dataclasses.replace(
+        _config(0), policy_hosts=("127.0.0.1:1", address), pbt=PbtConfig(with_pbt=True)
+    )
+    variables = [weights, *optimizer.variables]
+    member = population.Population(
+        config, _Trainer(optimizer), variables, "", True, print, "0" * 64
+    )
+    member.record(np.full(50, -20.0))
+    return member, variables
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        _deep(60000).encode(),
+        json.dumps({**_status(1, 1.0).__dict__, "objective": 10**400}).encode(),
+        json.dumps({**_status(1, 1.0).__dict__, "frames": 10**400}).encode(),
+        b"\xff" * 100,
+    ],
+)
+def test_a_peer_that_answers_its_status_with_anything_is_left_out_of_the_look(status):
+    with _impostor({"PolicyStatus": status}) as address:
+        member, _ = _looking_member(address)
+        decision, _, note = member._decide(3_000_000)
+        member.close()
+    assert decision.action == pbt.SIT_OUT and note["answered"] == 0
+
+
+def test_a_donor_whose_state_would_make_the_weights_nan_is_not_copied():
+    """The impostor ranks itself far ahead, so policy 0 copies it; the state it sends is
+    well-formed and finite, but with negative second moments: nothing is assigned."""
+    donor_variables, donor_optimizer, donor = _adam_member()
+    donor_optimizer.v[0].assign(-tf.ones([2, 3]))
+    donor_variables[0].assign(tf.fill([2, 3], 9.0))
+    answers = {
+        "PolicyStatus": _status(1, 21.0).encode(),
+        "PolicyState": donor._encode_state(4_000_000),
+    }
+    with _impostor(answers) as address:
+        member, variables = _looking_member(address)
+        before = [v.numpy().copy() for v in variables]
+        decision, _, _ = member._decide(3_000_000)
+        member.close()
+    assert decision.action == pbt.SIT_OUT and "negative values" in decision.why
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
 
 
 @pytest.mark.parametrize(
