@@ -207,8 +207,8 @@ class LearnerJobConfig(_Connected):
       learner: the hyperparameters.
       flag_values: every flag of the run, saved by rank 0 as the run folder's `flags.json`.
       stall_warning_secs: warn when no full batch arrived for this long.
-      linger_secs: after the last step, keep answering actors for up to this long so that they
-        hear that training is over (less once each actor that said hello has heard it).
+      linger_secs: after the last step, keep answering actors for this long so that they hear
+        that training is over.
     """
 
     learner: LearnerConfig = dataclasses.field(default_factory=LearnerConfig)

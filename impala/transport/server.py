@@ -10,6 +10,7 @@ and client pair implementing the same methods (see the package docstring).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -123,9 +124,6 @@ class LearnerService:
         self._published_version = NO_WEIGHTS_VERSION
         self._stale = 0
         self._finished = False
-        # Actor tasks answered FINISHED by `Room` or `Enqueue` (`close` waits for them).
-        self._told = threading.Condition()
-        self._told_tasks: set[int] = set()
         # The reply to `Weights`: the version, then the weights (see `publish_weights`).
         self._weights_reply = VERSION.pack(NO_WEIGHTS_VERSION)
         # Population-based training: this policy's status, and snapshots of its whole state,
@@ -220,24 +218,12 @@ class LearnerService:
         """Tells actors that training is over and stops accepting trajectories.
 
         Args:
-          linger_secs: keep answering for up to this long, so that every actor hears that the
-            learner finished (on its next call) rather than finding it gone; less once every
-            actor task that said hello has been answered FINISHED when it asked for room or sent
-            a chunk (an actor waiting for weights is not told so, and is waited for in full).
+          linger_secs: keep answering for this long, so that every actor hears that the learner
+            finished (on its next call) rather than finding it gone.
         """
         self._finished = True
         self._queue.store.close()
-        with self._told:
-            self._told.wait_for(
-                lambda: set(self._roster.connections()) <= self._told_tasks, linger_secs
-            )
-
-    def _tell_finished(self, actor_task: int) -> bytes:
-        """FINISHED, for an actor task that asked (`close` counts it as told)."""
-        with self._told:
-            self._told_tasks.add(actor_task)
-            self._told.notify_all()
-        return STATUS.pack(FINISHED)
+        time.sleep(linger_secs)
 
     def stop(self) -> None:
         """Stops serving: calls under way end, and the port is free again."""
@@ -285,7 +271,7 @@ class LearnerService:
         """
         (actor_task,) = wire.unpack_exact(wire.TASK, request, "Room")
         if self._finished:
-            return self._tell_finished(actor_task)
+            return STATUS.pack(FINISHED)
         # An actor of another learner takes no place in line: refused at `Enqueue`.
         if self._owns(actor_task):
             served = self._roster.first_in_line(actor_task) and self._queue.has_room()
@@ -304,7 +290,7 @@ class LearnerService:
         if self._owns(actor_task) and not self._roster.stop_waiting(actor_task):
             return STATUS.pack(UNKNOWN_ACTOR)
         if self._finished:
-            return self._tell_finished(actor_task)
+            return STATUS.pack(FINISHED)
         # Never block a server thread on a full store: it refuses the chunk, read no further
         # than its header, and the actor asks for room again.
         if not self._queue.has_room():
@@ -329,7 +315,7 @@ class LearnerService:
             # The learner finished between the check above and here, and closed its store.
             if not self._finished:
                 raise
-            return self._tell_finished(actor_task)
+            return STATUS.pack(FINISHED)
         if not admitted:
             return STATUS.pack(QUEUE_FULL)
         with self._lock:

@@ -631,31 +631,6 @@ def test_after_close_every_call_raises_learner_finished(make_service):
     assert service.dequeue(1).actor_task.numpy().tolist() == [0]
 
 
-def test_close_lingers_until_every_actor_that_said_hello_heard_finished_or_the_linger_ends(
-    make_service,
-):
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    service, address = make_service(spec)
-    rng = np.random.default_rng(9)
-    clients = [_client(address, spec, actor_task=task) for task in (0, 1)]
-    for client in clients:
-        client.send(_unroll(spec, 1, rng))  # each says hello first
-    started = time.monotonic()
-    closing = _Thread(service.close, 30.0)
-    for client in clients:
-        _wait_until(lambda: service._finished)
-        with pytest.raises(LearnerFinishedError):
-            client.send(_unroll(spec, 1, rng))
-    closing.join()
-    assert closing.error is None and time.monotonic() - started < 10
-    # An actor that said hello and never called again is waited for, to the linger's end.
-    service, address = make_service(spec)
-    _client(address, spec, actor_task=0).send(_unroll(spec, 1, rng))
-    started = time.monotonic()
-    service.close(1.0)
-    assert time.monotonic() - started >= 1.0
-
-
 def test_close_releases_an_actor_waiting_for_room(make_service):
     spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
     service, address = make_service(spec, queue_capacity=1)
