@@ -32,6 +32,7 @@ from impala.learner import allreduce, checkpoints, pbt
 from impala.learner.optimise import Trainer, nonnegative_slots
 from impala.transport import wire
 from impala.transport.peers import PolicyPeer
+from impala.transport.server import MAX_STATE_WAITERS
 
 STATE_FILE = "pbt_state.json"
 LOG_FILE = "pbt.jsonl"
@@ -219,6 +220,13 @@ class Population:
         started = time.monotonic()
         answer = self._peers[donor].state(STATE_TIMEOUT_SECS)
         if answer is None:
+            waited = time.monotonic() - started
+            if waited < STATE_TIMEOUT_SECS - 1:
+                raise PbtStateError(
+                    f"policy {donor} answered in {waited:.1f} s without its state (it lets "
+                    f"{MAX_STATE_WAITERS} copies wait at once, or was not in the population "
+                    "yet, or is gone)"
+                )
             raise PbtStateError(
                 f"policy {donor}'s state did not come within {STATE_TIMEOUT_SECS:.0f} s"
             )

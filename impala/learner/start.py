@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
 import networks
-from impala import build, run_tls, transport
+from impala import build, run_folder, run_tls, transport
 from impala.configs import LearnerConfig, LearnerJobConfig, addresses
 from impala.learner import allreduce, saving
 from impala.learner.optimise import Trainer
@@ -70,7 +71,15 @@ def start(config: LearnerJobConfig, report: Callable[[str], None]) -> Learning:
             encode=make_encoder(agent),
         )
         queue_capacity = _replay_queue_capacity(config, mixer)
-        learners_here = learners_to_count(config, topology, resumed=resumed_from is not None)
+        # Rank 0's run folder says whether this policy started before: its flags are saved
+        # once a start gets past this check. (A collective: every rank calls it.)
+        flags_saved = allreduce.broadcast_object_from_chief(
+            topology.is_chief
+            and bool(run_dir)
+            and os.path.exists(os.path.join(run_dir, run_folder.FLAGS_FILE))
+        )
+        started_before = resumed_from is not None or flags_saved
+        learners_here = learners_to_count(config, topology, started_before)
         _check_replay_memory(config, mixer, spec, learners_here, chief_report)
     if run_dir and topology.is_chief:
         # Only now: a start that failed (a bad flag, another run's checkpoint, replays too
@@ -155,19 +164,19 @@ def _replay_queue_capacity(config: LearnerJobConfig, mixer: Mixer) -> int:
 RESOLVE_SECS = 5.0
 
 
-def learners_to_count(config: LearnerJobConfig, topology, resumed: bool) -> int:
+def learners_to_count(config: LearnerJobConfig, topology, started_before: bool) -> int:
     """The learners on this host whose replays the memory check counts against what is free.
 
-    A first start counts every learner of the run on the host (`learners_on_host`, names that
-    resolve to one address counted as one host), none of which holds its replays yet. A start
-    from a checkpoint, a resume or a restart after a learner died, counts this policy's
-    learners only, Horovod's local ones, which all start again together: another policy's
-    learners may be running, and what their replays hold is no longer free, so counting them
-    too would count it twice and refuse a restart that fits (for good: the refusal is final).
-    A user's resume of the whole run counts so too: its first start checked the run's learners
-    together, with the same flags.
+    A policy's first start counts every learner of the run on the host (`learners_on_host`,
+    names that resolve to one address counted as one host), none of which holds its replays
+    yet. A policy that `started_before` (a resume, or a restart after a learner died, with or
+    without a checkpoint yet) counts its own learners only, Horovod's local ones, which all
+    start again together: another policy's learners may be running, and what their replays
+    hold (they fill in about a minute) is no longer free, so counting them too would count it
+    twice and refuse a restart that fits (for good: the refusal is final). A user's resume of
+    the whole run counts so too: its first start checked the run's learners together.
     """
-    if resumed:
+    if started_before:
         return topology.local_size
     names = config.run_learner_host_names()
     resolved = (

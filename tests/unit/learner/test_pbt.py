@@ -306,7 +306,7 @@ def _looking_member(address):
 @pytest.mark.parametrize(
     "status",
     [
-        _deep(60000).encode(),
+        _deep(5000).encode(),  # within the status's 64 KiB, past the parser's depth
         json.dumps({**_status(1, 1.0).__dict__, "objective": 10**400}).encode(),
         json.dumps({**_status(1, 1.0).__dict__, "frames": 10**400}).encode(),
         b"\xff" * 100,
@@ -337,6 +337,16 @@ def test_a_donor_whose_state_would_make_the_weights_nan_is_not_copied():
         member.close()
     assert decision.action == pbt.SIT_OUT and "negative values" in decision.why
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
+
+
+def test_a_donor_that_answers_at_once_without_its_state_is_said_so_not_a_timeout():
+    answers = {"PolicyStatus": _status(1, 21.0).encode(), "PolicyState": b""}
+    with _impostor(answers) as address:
+        member, _ = _looking_member(address)
+        decision, _, _ = member._decide(3_000_000)
+        member.close()
+    assert decision.action == pbt.SIT_OUT
+    assert decision.why.startswith("policy 1 answered in ") and "without its state" in decision.why
 
 
 @pytest.mark.parametrize(

@@ -101,22 +101,31 @@ def test_replays_that_do_not_fit_in_free_memory_are_refused_for_all_learners_of_
     assert "run fewer learners on this host" in three and "\n" not in three
 
 
-def test_a_first_start_counts_the_runs_learners_on_the_host_and_a_restart_its_own_policys():
+def test_a_first_start_counts_the_runs_learners_on_the_host_and_a_restart_its_own_policys(
+    monkeypatch,
+):
     """Two policies, one learner each, both on this machine under two spellings: a first start
-    counts both (neither holds its replays yet); a restart from a checkpoint counts its own
-    policy's, as the other policy's replays are no longer free memory."""
+    counts both (neither holds its replays yet); a policy that started before counts its own,
+    as the other policy's replays are no longer free memory."""
+    import socket
+
     from impala.configs import LearnerJobConfig
     from impala.learner.allreduce import Topology
+
+    def getaddrinfo(host, port, type=0):  # this machine's names, whatever its resolver says
+        return [(socket.AF_INET, type, 6, "", ("127.0.0.1", 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
     run = ("localhost:8001", "127.0.0.1:9001")
     policy_1 = LearnerJobConfig(
         secret_file="s", learner_hosts=("127.0.0.1:9001",), run_learner_hosts=run
     )
     alone = Topology(rank=0, size=1, local_rank=0, local_size=1)
-    assert start.learners_to_count(policy_1, alone, resumed=False) == 2
-    assert start.learners_to_count(policy_1, alone, resumed=True) == 1
+    assert start.learners_to_count(policy_1, alone, started_before=False) == 2
+    assert start.learners_to_count(policy_1, alone, started_before=True) == 1
     two_here = Topology(rank=0, size=2, local_rank=0, local_size=2)
-    assert start.learners_to_count(policy_1, two_here, resumed=True) == 2
+    assert start.learners_to_count(policy_1, two_here, started_before=True) == 2
     # Names that differ only in case are one host, without asking a resolver.
     upper = LearnerJobConfig(
         secret_file="s", learner_hosts=("N1:9001",), run_learner_hosts=("n1:8001", "N1:9001")
