@@ -88,6 +88,15 @@ class LearnerStates(NamedTuple):
     fresh: np.ndarray  # trajectories of the batch that came from actors, not from a replay
 
 
+def policy_lag(version: int, versions: np.ndarray) -> float:
+    """The mean of how many weight versions each trajectory's is behind `version`, the
+    learner's; a version ahead of it (acted before the learner restarted from an earlier
+    checkpoint, or a number an actor made up) counts as 0, not as a negative lag that would
+    offset the others'."""
+    behind = version - np.asarray(versions, np.float64)
+    return float(np.mean(np.maximum(behind, 0.0))) if behind.size else np.nan
+
+
 def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
     """Gathers every learner's state; `queued` is this learner's batch, None if it was stopped,
     and `stop` whether it was asked to stop.
@@ -102,8 +111,7 @@ def learner_states(learning: Learning, queued, stop: bool) -> LearnerStates:
     if queued is not None:
         # The lag is the fresh trajectories', the actors'.
         fresh = fresh_count(learning, queued)
-        versions = np.asarray(queued.weight_version)[:fresh]
-        lag = learning.counters.version - float(np.mean(versions))
+        lag = policy_lag(learning.counters.version, np.asarray(queued.weight_version)[:fresh])
     connections = service.connections
     own = [
         [

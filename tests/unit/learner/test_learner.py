@@ -1007,3 +1007,13 @@ def test_asynchronous_gradients_apply_each_steps_gradients_at_the_next_step():
     assert trainer.step(first, frames=0)["skipped_steps"] == 1
     for variable, value in zip(agent.trainable_variables, flushed, strict=True):
         np.testing.assert_array_equal(variable.numpy(), value)
+
+
+def test_the_policy_lag_counts_versions_ahead_of_the_learners_as_zero():
+    """An actor's made-up version (2^62), or one from before the learner restarted from an
+    earlier checkpoint, must not offset the real lag of the others into a negative mean."""
+    from impala.learner.steps import policy_lag
+
+    assert policy_lag(10, np.array([7, 9])) == 2.0
+    assert policy_lag(10, np.array([7, 9, 2**62, 12])) == 1.0  # (3 + 1 + 0 + 0) / 4
+    assert np.isnan(policy_lag(10, np.array([], np.int64)))
