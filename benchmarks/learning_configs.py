@@ -7,7 +7,6 @@ import dataclasses
 from collections.abc import Mapping
 
 from impala import configs, run_folder
-from impala import flags as experiment_flags
 from impala.envs import catch
 
 
@@ -47,6 +46,17 @@ BENCHMARKS = {
     "catch": Benchmark(catch.QUICK_LEARNING_FLAGS, 60e3, (0.0, 0.5, 0.9)),
 }
 
+
+def load_experiment_flags():
+    """experiment.py's flags (`impala.flags`), imported when first needed: importing them
+    defines them, and a command with flags of its own that reads only the table above
+    (`benchmarks.peer`, whose --num_epochs is also an experiment.py flag's other name) must not
+    define them twice."""
+    from impala import flags
+
+    return flags
+
+
 # experiment.py flags that say where a run is and which process plays which part (the launchers'
 # per-process ones, and --mode=test's checkpoint), not how it learns; `total_environment_frames`
 # is the budget, which `--frames` gives.
@@ -60,6 +70,7 @@ def configuration_values(
     `make train`'s defaults (or the preset's), under the configuration's own flags; with `given`
     (flag name -> parsed value), those too, as if given on the command line, and the defaults
     that follow them (`configs.implied_defaults`) as they follow them."""
+    experiment_flags = load_experiment_flags()
     given = dict(given or {})
     values = {
         name: experiment_flags.unset_value(name, preset) for name in experiment_flags.flag_values()
@@ -80,6 +91,7 @@ def changed_settings(benchmark: Benchmark, saved: dict) -> dict[str, object]:
     whose default follows others (`configs.IMPLIED_FLAGS`) is a change only where its value is
     not the one the run's other changes imply: `--replay_parameters=` alone changes one setting,
     though the run trains with 6 passes over each batch where the configuration has 3."""
+    experiment_flags = load_experiment_flags()
     base = configuration_values(benchmark)
     changed, parsed = {}, {}
     for name, value in sorted(saved.items()):
@@ -108,6 +120,7 @@ def repeated_values(benchmark: Benchmark, config: str, extra: list[str]) -> list
     So is one that gives a flag the value the other `--extra` flags imply for it
     (`--batch_reuse=6` beside `--replay_parameters=`). Of a flag given twice, the last value
     is the one the run takes, and the one looked at."""
+    experiment_flags = load_experiment_flags()
     settings = experiment_flags.flag_values()
     parsed = {}
     for flag in extra:

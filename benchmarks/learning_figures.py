@@ -14,7 +14,6 @@ import numpy as np
 from benchmarks import learning_configs
 from benchmarks.learning_configs import Benchmark
 from impala import curves, run_folder
-from impala import flags as experiment_flags
 from impala.curves import events, parity
 from impala.envs.config import ATARI_FRAME_SKIP
 
@@ -238,9 +237,8 @@ def report_lines(config: str, figures: dict) -> list[str]:
     ]
     changed = figures["changed_from_configuration"]
     if changed is not None:
-        settings = ", ".join(
-            f"--{name}={experiment_flags.as_text(value)}" for name, value in changed.items()
-        )
+        as_text = learning_configs.load_experiment_flags().as_text
+        settings = ", ".join(f"--{name}={as_text(value)}" for name, value in changed.items())
         lines.append(f"settings changed from --config={config}'s: {settings or 'none'}")
     if figures["policy_lag"]:
         lag = figures["policy_lag"]

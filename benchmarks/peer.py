@@ -58,6 +58,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow reads the event
 from absl import app, flags
 
 from benchmarks import one_line_flags, peer_results, peer_setup
+from benchmarks.learning_configs import BENCHMARKS
 from benchmarks.peer_commands import (
     EXPERIMENT,
     RESERVED,
@@ -288,8 +289,6 @@ def report(out_dir: str, experiment_dir: str) -> int:
         run = peer_results.load_run(experiment_dir, "sample-factory-pong", games, factor)
     except peer_results.PeerError as error:
         raise RunError(str(error)) from None
-    # Imported here: it defines experiment.py's flags, which this command line must not take.
-    from benchmarks.learning_configs import BENCHMARKS
 
     thresholds = BENCHMARKS["pong"].thresholds
     figures = peer_results.figures(run, thresholds, factor)

@@ -284,8 +284,7 @@ def figures(run: PeerRun, thresholds: tuple[float, ...], frame_factor: int = 1) 
     """The run's headline figures, as `benchmarks/learning.py` defines them: the frames (and
     training hours) at which the 100-game mean first reached each threshold, the final and best
     such mean, and frames/s."""
-    # Imported here: it defines experiment.py's flags, which peer.py's command line must not take.
-    from benchmarks import learning_figures
+    from benchmarks import learning_figures  # TensorFlow's summaries: only when reporting
 
     curve = run.curve
     training_secs = sum(last - first for first, last in run.spans)

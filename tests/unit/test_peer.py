@@ -477,6 +477,18 @@ def test_bad_command_lines_are_one_line_errors(tmp_path, argv, message):
     assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout
 
 
+def test_the_command_reports_on_a_run_with_means(tmp_path):
+    """The command line's own path, not only `report` in a process that holds experiment.py's
+    flags already: reporting reads the learning benchmark's thresholds, and must not define
+    experiment.py's flags beside this command's (both have a --num_epochs)."""
+    out_dir = tmp_path / "run"
+    shutil.copytree(EXPERIMENT, out_dir / "sf" / "pong")
+    completed = _peer(tmp_path, "pong", f"--out_dir={out_dir}", "--report_only")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "[peer] Sample Factory Pong: 2-game mean -21.00 at 0.02M frames" in completed.stdout
+    assert json.loads((out_dir / "peer.json").read_text())["rows"] == 16
+
+
 def test_reporting_on_a_folder_without_a_run_is_a_one_line_error(tmp_path):
     result = _peer(tmp_path, "pong", f"--out_dir={tmp_path / 'none'}", "--report_only")
     assert result.returncode == 1
