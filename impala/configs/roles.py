@@ -296,11 +296,16 @@ class LearnerJobConfig(_Connected):
     stall_warning_secs: float = 60.0
     linger_secs: float = 3.0
 
-    def run_learner_host_names(self) -> set[str]:
-        """The host part of every address `learners_on_host` counts."""
+    def _run_learner_host_parts(self) -> list[str]:
+        """The host part of each address `learners_on_host` counts: every policy's learners
+        (`run_learner_hosts`), else this policy's."""
         flag = "--run_learner_hosts" if self.run_learner_hosts else "--learner_hosts"
         everyone = self.run_learner_hosts or self.learner_hosts
-        return {parse_address(address, flag)[0] for address in everyone}
+        return [parse_address(address, flag)[0] for address in everyone]
+
+    def run_learner_host_names(self) -> set[str]:
+        """The host names `learners_on_host` compares."""
+        return set(self._run_learner_host_parts())
 
     def learners_on_host(self, rank: int, resolved: Mapping[str, set[str]] | None = None) -> int:
         """The learners of the run on the host of the learner of rank `rank`: every policy's
@@ -310,15 +315,10 @@ class LearnerJobConfig(_Connected):
         resolved = resolved or {}
         own_host = parse_address(self.learner_hosts[rank], "--learner_hosts")[0]
         own_addresses = resolved.get(own_host, set())
-        flag = "--run_learner_hosts" if self.run_learner_hosts else "--learner_hosts"
-        everyone = self.run_learner_hosts or self.learner_hosts
-        count = 0
-        for address in everyone:
-            host = parse_address(address, flag)[0]
-            count += host.lower() == own_host.lower() or bool(
-                resolved.get(host, set()) & own_addresses
-            )
-        return count
+        return sum(
+            host.lower() == own_host.lower() or bool(resolved.get(host, set()) & own_addresses)
+            for host in self._run_learner_host_parts()
+        )
 
     @property
     def replays(self) -> tuple[replay.Replay, ...]:
