@@ -85,14 +85,14 @@ def _log_size(path: str) -> int:
         return 0
 
 
-def _logged_since(log_path: str, start: int, text: str) -> bool:
-    """Whether `text` is in what the log gained since byte `start`."""
+def _log_since(log_path: str, start: int) -> str:
+    """What the log gained since byte `start`, as text ('' if it cannot be read)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(start)
-            return text.encode() in f.read()
+            return f.read().decode("utf-8", "replace")
     except OSError:
-        return False
+        return ""
 
 
 def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> tuple[int, bool]:
@@ -139,12 +139,13 @@ def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> 
             if requested and time.monotonic() - requested[0] > STOP_GRACE_SECS:
                 _signal_group(child.pid, signal.SIGKILL)
             if not resumed:
-                if _logged_since(log_path, start, FROM_SCRATCH):
+                since = _log_since(log_path, start)
+                if FROM_SCRATCH in since:
                     from_scratch = True
                     _signal_group(child.pid, signal.SIGKILL)
                     child.wait()
                     break
-                resumed = _logged_since(log_path, start, LOADED)
+                resumed = LOADED in since
             if time.monotonic() - last_progress >= _PROGRESS_SECS:
                 last_progress = time.monotonic()
                 _print_progress(log_path)
@@ -167,13 +168,7 @@ def run_sf(argv: list[str], log_path: str, cwd: str, resuming: bool = False) -> 
 
 def _resume_failure(log_path: str, start: int) -> str:
     """The one-line error of a resume that started from scratch, naming the checkpoint."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(start)
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    loading = re.findall(r"Loading state from checkpoint (\S+?)\.\.\.", text)
+    loading = re.findall(r"Loading state from checkpoint (\S+?)\.\.\.", _log_since(log_path, start))
     which = f" {loading[-1]}" if loading else ""
     return (
         f"Sample Factory could not load its checkpoint{which} and began to train from scratch: "
