@@ -5,6 +5,7 @@ its handler (only once its run secret passed, `authentication.py`).
 from __future__ import annotations
 
 import errno
+import resource
 import socket
 from collections.abc import Callable, Mapping
 from concurrent import futures
@@ -22,6 +23,15 @@ SERVER_THREADS = 8
 MAX_CONCURRENT_CALLS = 128
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
+# Connections open at once, at most half the process's open-file limit (`connection_cap`):
+# gRPC closes any past the cap as it accepts them, so a stranger who opens connections and
+# leaves them idle can keep new callers out but cannot take the files a learner writes its
+# checkpoints and summaries to (uncapped, 246 idle connections did at a limit of 256).
+MAX_CONNECTIONS = 1024
+# A connection with no call under way this long is closed (a client connects again at its next
+# call), and one that has not finished its TLS or HTTP/2 handshake this long after it opened.
+IDLE_CONNECTION_MS = 60_000
+HANDSHAKE_MS = 20_000
 
 # A method's behaviour: the request's bytes and the gRPC context -> the reply's bytes.
 Behaviour = Callable[[bytes, grpc.ServicerContext], bytes]
@@ -64,6 +74,9 @@ def serve(
             # learner buffer megabytes of requests it will refuse: a stranger opening many
             # connections grew it by gigabytes (tests/e2e/test_attacks.py).
             ("grpc.http2.bdp_probe", 0),
+            ("grpc.max_allowed_incoming_connections", connection_cap()),
+            ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_MS),
         ],
     )
     if tls is None:
@@ -76,6 +89,15 @@ def serve(
         raise ValueError(f"cannot listen at {address}")
     server.start()
     return server
+
+
+def connection_cap() -> int:
+    """The connections a server of this process accepts at once: `MAX_CONNECTIONS`, or half the
+    process's open-file limit where that is less, so the other half stays the process's own."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, soft // 2))
 
 
 class _Methods(grpc.GenericRpcHandler):

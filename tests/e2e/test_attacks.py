@@ -13,6 +13,7 @@ One learner (Counter, MLP), fed by one real actor, is attacked by every test of 
   learner allocating what the header declares;
 - floods of tiny messages declaring huge sizes, oversized messages and 200 connections at once
   leave the learner's resident memory within `RSS_BOUND_MB`;
+- connections set up by hand and held idle, past the learner's cap, are closed as they come;
 - through it all the learner trains, and a caller with the secret still gets weights.
 
 The learner reports its refusals every 5 s (a log line per reason) and, once stopped, in its
@@ -28,7 +29,9 @@ import dataclasses
 import json
 import os
 import re
+import resource
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -844,6 +847,78 @@ def test_two_hundred_connections_without_the_secret_are_all_refused(learner):
         version, weights = _weights(connection, learner.secret)
     assert version > 0 and len(weights) == learner.num_weights
     assert np.isfinite(weights).all()
+
+
+# A connection as HTTP/2 sets one up (RFC 9113 3.4, 6.5): the client preface and an empty
+# SETTINGS frame; the server answers with its SETTINGS, which a client acknowledges.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+SETTINGS_ACK = bytes.fromhex("000000040100000000")
+# A learner accepts at most this many connections at once, and half its open-file limit if
+# that is less (the guide's threat model).
+MAX_CONNECTIONS = 1024
+
+
+def _connection_cap(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as f:
+        (soft,) = [line.split()[3] for line in f if line.startswith("Max open files")]
+    return MAX_CONNECTIONS if soft == "unlimited" else min(MAX_CONNECTIONS, int(soft) // 2)
+
+
+def test_connections_held_idle_past_the_cap_are_closed_and_the_learner_keeps_its_files(learner):
+    """A stranger opens more connections than the learner accepts, sets each up and leaves it
+    idle, making no call: those past the cap are closed as they come, so the learner holds at
+    most the cap's sockets and keeps the rest of its open files; its actor, connected before,
+    goes on; once the stranger lets go, a caller with the secret connects again."""
+    steps = learner.steps()
+    cap = _connection_cap(learner.process.pid)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < cap + 256:
+        pytest.skip(f"this process may open {hard} files, too few to pass a cap of {cap}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, cap + 256), hard))
+    host, port = learner.address.rsplit(":", 1)
+    address = (host, int(port))
+    sockets_before = learner.sockets()
+    held = []
+    try:
+        with PeakRss(learner.process.pid) as rss:
+            for _ in range(cap + 32):
+                connection = socket.create_connection(address, timeout=10)
+                connection.sendall(HTTP2_PREFACE)
+                held.append(connection)
+            set_up = closed = 0
+            for connection in held:
+                connection.settimeout(10)
+                try:
+                    first = connection.recv(9)
+                except ConnectionResetError:
+                    first = b""
+                if first[3:4] == b"\x04":  # the learner's SETTINGS
+                    connection.sendall(SETTINGS_ACK)
+                    set_up += 1
+                else:
+                    closed += first == b""
+            sockets_held = learner.sockets()
+        # The actor's connection is one of the cap's.
+        assert set_up < cap and closed >= 32 and set_up + closed == len(held), (set_up, closed)
+        assert sockets_held <= sockets_before + set_up, (sockets_before, sockets_held, set_up)
+        learner.check_counted_and_trained(steps)
+    finally:
+        for connection in held:
+            connection.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    FIGURES[f"{len(held)} idle connections"] = (
+        f"{set_up} set up (cap {cap}), {closed} closed at once; learner sockets "
+        f"{sockets_before} -> {sockets_held}; learner RSS {rss.describe()}"
+    )
+    assert rss.growth < RSS_BOUND_MB, rss.describe()
+    wait_until(
+        lambda: learner.sockets() <= sockets_before + 5,
+        30,
+        lambda: f"the learner still holds {learner.sockets()} sockets",
+    )
+    with channel(learner.address) as connection:
+        version, weights = _weights(connection, learner.secret)
+    assert version > 0 and len(weights) == learner.num_weights
 
 
 def _count_refusals(calls, codes: collections.Counter) -> None:

@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from impala import run_tls
+from impala.launch.ports import free_ports
 from impala.trajectory import Steps, Unroll
 from impala.trajectory_store import FifoStore
 from impala.transport import (
@@ -35,9 +36,11 @@ from impala.transport import (
     MismatchError,
     ProtocolError,
     UnrollSpec,
+    serving,
     wire,
 )
 from impala.transport import client as client_module
+from impala.transport.authentication import Authenticator
 from impala.transport.queueing import TrajectoryQueue
 from impala.transport.roster import ROOM_ASKING_SECS
 from impala.transport.serving import check_listening_address
@@ -1221,3 +1224,77 @@ def test_asynchronous_collection_queues_every_version(make_service):
     client.send(_unroll(spec, 2, rng, weight_version=1))
     service.publish_weights(5)
     assert (service.queue_size, service.stale_trajectories) == (2, 0)
+
+
+# A stranger's HTTP/2 connection, by hand: the client preface and an empty SETTINGS frame
+# (RFC 9113 3.4, 6.5); the server answers with its own SETTINGS, acknowledged as a client does.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")
+_SETTINGS_ACK = bytes.fromhex("000000040100000000")
+
+
+def _closed_by_server(connection: socket.socket, secs: float) -> bool:
+    """Whether the server closes `connection` within `secs` (whatever it sends first)."""
+    connection.settimeout(secs)
+    deadline = time.monotonic() + secs
+    try:
+        while time.monotonic() < deadline:
+            if connection.recv(65536) == b"":
+                return True
+    except (TimeoutError, ConnectionResetError):
+        return False
+    return False
+
+
+def test_connections_past_the_cap_idle_or_never_set_up_are_closed(monkeypatch):
+    """A stranger who opens connections and holds them, set up and idle or with no handshake
+    at all, keeps none past its time, and none past the cap at once."""
+    monkeypatch.setattr(serving, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(serving, "IDLE_CONNECTION_MS", 3000)
+    monkeypatch.setattr(serving, "HANDSHAKE_MS", 3000)
+    (port,) = free_ports(1)
+    server = serving.serve(
+        f"127.0.0.1:{port}",
+        {wire.method_path("WeightsVersion"): lambda request, context: b"ok"},
+        Authenticator(SECRET, lambda: None),
+        1 << 20,
+    )
+    try:
+        held = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(6)]
+        for connection in held:
+            connection.sendall(_HTTP2_PREFACE)
+        time.sleep(0.5)
+        answered = []
+        for connection in held:
+            connection.settimeout(2)
+            with contextlib.suppress(ConnectionResetError):
+                first = connection.recv(9)
+                if first[3:4] == b"\x04":  # the server's SETTINGS
+                    connection.sendall(_SETTINGS_ACK)
+                    answered.append(connection)
+        # The cap's 4 were set up; the 2 past it were closed as they were accepted.
+        assert len(answered) == 4
+        silent = socket.create_connection(("127.0.0.1", port), timeout=5)
+        # Idle (no call under way) or silent (no preface): closed after their time, not before.
+        assert not any(_closed_by_server(connection, 0.1) for connection in answered)
+        assert all(_closed_by_server(connection, 8) for connection in answered)
+        assert _closed_by_server(silent, 8)
+        # Then a caller gets in again.
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            path = wire.method_path("WeightsVersion")
+            reply = channel.unary_unary(path)(b"", metadata=((wire.SECRET_KEY, SECRET),))
+        assert reply == b"ok"
+        for connection in (*held, silent):
+            connection.close()
+    finally:
+        server.stop(None)
+
+
+def test_a_servers_connection_cap_leaves_half_the_open_file_limit_to_the_process(monkeypatch):
+    limits = {"soft": 256}
+    unlimited = serving.resource.RLIM_INFINITY
+    monkeypatch.setattr(serving.resource, "getrlimit", lambda which: (limits["soft"], unlimited))
+    assert serving.connection_cap() == 128
+    limits["soft"] = 1 << 20
+    assert serving.connection_cap() == serving.MAX_CONNECTIONS
+    limits["soft"] = unlimited
+    assert serving.connection_cap() == serving.MAX_CONNECTIONS
