@@ -160,7 +160,9 @@ _MAX_RESTART_DELAY_SECS = 86_400
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.getLogger("paramiko").setLevel(logging.WARNING)
+    # Paramiko's own messages may quote what a host sent (its SSH greeting, before its key is
+    # checked) as it was; what matters of them reaches the user as HostError, made printable.
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     if FLAGS.private_run_files:
         # The run folder here: its secret, TLS bundle and SSH keys (and the windows' logs on
         # every host: `run_plan.plan_run`).

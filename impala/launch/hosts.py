@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 
 import libtmux
@@ -18,10 +19,22 @@ import paramiko
 
 from impala import run_secret, run_tls
 from impala.launch.run_plan import HostPlan
+from impala.launch.tmux import printable
 
 
 class HostError(RuntimeError):
-    """Something failed on a host; the message names the host."""
+    """Something failed on a host; the message names the host. It may quote what a host sent
+    (a hostile one, for all the frontend knows), so it is made printable: one line, with no
+    character a terminal would act on."""
+
+    def __init__(self, message: str):
+        super().__init__(printable(message))
+
+
+# What a command's output may add to the frontend's memory, per stream; the rest is dropped.
+MAX_OUTPUT_BYTES = 1 << 20
+# How long a command on a host may take, output and exit status included.
+COMMAND_SECS = 60.0
 
 
 # ---- Hosts -------------------------------------------------------------------------------------
@@ -123,6 +136,13 @@ class SshHost(Host):
     ):
         self.name = worker.host
         self._client = paramiko.SSHClient()
+        try:
+            self._connect(worker, accept_unknown_host_keys, known_hosts, timeout)
+        except BaseException:
+            self._client.close()  # or paramiko's thread reading the host lives on
+            raise
+
+    def _connect(self, worker, accept_unknown_host_keys, known_hosts, timeout) -> None:
         self._client.load_system_host_keys()
         known_hosts = os.path.expanduser(known_hosts)
         if os.path.exists(known_hosts):
@@ -165,9 +185,8 @@ class SshHost(Host):
         return self.shell(shlex.join(["tmux", *args]))
 
     def shell(self, command: str) -> tuple[int, str]:
-        _, stdout, stderr = self._client.exec_command(command, timeout=60)
-        output = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
-        return stdout.channel.recv_exit_status(), output
+        code, stdout, stderr = self._run(command)
+        return code, (stdout + stderr).decode(errors="replace")
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Through the shell rather than SFTP, which not every SSH server offers. The content
@@ -186,11 +205,52 @@ class SshHost(Host):
             )
         else:
             command = f"mkdir -p {folder} && cat > {target}"
-        stdin, stdout, stderr = self._client.exec_command(command, timeout=60)
-        stdin.write(content)
-        stdin.channel.shutdown_write()
-        if stdout.channel.recv_exit_status() != 0:
-            raise HostError(f"{self.name}: writing {path} failed: {stderr.read().decode()}")
+        code, _, stderr = self._run(command, content)
+        if code != 0:
+            error = stderr.decode(errors="replace").strip() or f"exit {code}"
+            raise HostError(f"{self.name}: writing {path} failed: {error}")
+
+    def _run(self, command: str, stdin: str = "") -> tuple[int, bytes, bytes]:
+        """Runs `command` with `stdin`: its exit status, and its output and errors, each cut at
+        `MAX_OUTPUT_BYTES`. A host that does not finish within `COMMAND_SECS`, or fails the
+        SSH session, is a HostError: whatever it sends or withholds, this returns."""
+        deadline = time.monotonic() + COMMAND_SECS
+        try:
+            transport = self._client.get_transport()
+            if transport is None:
+                raise HostError(f"{self.name}: the SSH connection is closed")
+            channel = transport.open_session(timeout=COMMAND_SECS)
+            try:
+                channel.settimeout(COMMAND_SECS)
+                channel.exec_command(command)
+                if stdin:
+                    channel.sendall(stdin.encode())
+                channel.shutdown_write()
+                streams = (bytearray(), bytearray())
+                readers = (
+                    (channel.recv_ready, channel.recv),
+                    (channel.recv_stderr_ready, channel.recv_stderr),
+                )
+                while True:
+                    waiting = True
+                    for kept, (ready, receive) in zip(streams, readers, strict=True):
+                        if ready():  # a chunk each at a time: a flood meets the deadline
+                            waiting = False
+                            data = receive(65536)
+                            kept += data[: max(0, MAX_OUTPUT_BYTES - len(kept))]
+                    if waiting and channel.exit_status_ready():
+                        return channel.recv_exit_status(), bytes(streams[0]), bytes(streams[1])
+                    if time.monotonic() > deadline:
+                        raise HostError(
+                            f"{self.name}: a command did not finish within "
+                            f"{COMMAND_SECS:.0f} s: {command[:60]}"
+                        )
+                    if waiting:
+                        time.sleep(0.01)
+            finally:
+                channel.close()
+        except (paramiko.SSHException, OSError, EOFError) as error:
+            raise HostError(f"{self.name}: SSH failed: {error or type(error).__name__}") from None
 
     def write_secret(self, path: str, secret: str) -> None:
         self.write_file(path, secret + "\n", owner_only=True)
