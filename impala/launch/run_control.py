@@ -224,13 +224,14 @@ def print_status(plans: list[HostPlan], ssh: SshOptions) -> int:
     for plan in plans:
         try:
             host = connect(plan, ssh)
-        except HostError as error:
+            try:
+                statuses = _statuses(host, plan)
+            finally:
+                host.close()
+        except HostError as error:  # unreachable, or failed midway: the next hosts still show
             rows += [(plan.host, w.name, "unreachable", str(error)) for w in plan.windows]
             continue
-        try:
-            rows += [(plan.host, s.name, _state(s), s.last_line) for s in _statuses(host, plan)]
-        finally:
-            host.close()
+        rows += [(plan.host, s.name, _state(s), s.last_line) for s in statuses]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print(
@@ -282,19 +283,19 @@ def stop_run(plans: list[HostPlan], ssh: SshOptions) -> int:
     for plan in learners_first:
         try:
             host = connect(plan, ssh)
-        except HostError as error:
+            try:
+                stopped = _stop_session(host, plan, timeout=30.0)
+            finally:
+                host.close()
+        except HostError as error:  # unreachable, or failed midway: the next hosts still stop
             failures.append(str(error))
             continue
-        try:
-            stopped = _stop_session(host, plan, timeout=30.0)
-            print(
-                f"{plan.host}: {'stopped' if stopped else 'nothing running in'} "
-                f"tmux session {plan.session}"
-            )
-        finally:
-            host.close()
+        print(
+            f"{plan.host}: {'stopped' if stopped else 'nothing running in'} "
+            f"tmux session {plan.session}"
+        )
     if failures:
-        raise HostError("could not reach every host: " + "; ".join(failures))
+        raise HostError("could not stop the run on every host: " + "; ".join(failures))
     return 0
 
 

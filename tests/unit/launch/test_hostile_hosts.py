@@ -19,7 +19,7 @@ import types
 import paramiko
 import pytest
 
-from impala.launch import hosts
+from impala.launch import hosts, run_control, run_plan, workers_csv
 from tests.helpers import ROOT
 
 # What a hostile host would have the user's terminal do: write the clipboard (OSC 52), move up a
@@ -47,7 +47,11 @@ class _Server(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel, command):
-        threading.Thread(target=self._answer, args=(channel,), daemon=True).start()
+        # Answered once the request's own reply is out, as sshd answers: a channel closed
+        # before it would fail the request itself.
+        answering = threading.Timer(0.1, self._answer, args=(channel,))
+        answering.daemon = True
+        answering.start()
         return True
 
 
@@ -55,9 +59,9 @@ class _HostileHost:
     """Listens on loopback; each connection is greeted by `greeting` (raw bytes, no SSH after
     them) or served over SSH with `answer(channel)` for every command."""
 
-    def __init__(self, host_key, *, answer=None, greeting: bytes = b""):
+    def __init__(self, host_key, *, answer=None, greeting: bytes = b"", address="127.0.0.2"):
         self._host_key, self._answer, self._greeting = host_key, answer, greeting
-        self._listener = socket.create_server(("127.0.0.2", 0))
+        self._listener = socket.create_server((address, 0))
         self.port = self._listener.getsockname()[1]
         self._transports: list[paramiko.Transport] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -234,3 +238,23 @@ def test_the_frontends_status_shows_a_hostile_greeting_printable(hostile, tmp_pa
     assert "unreachable" in done.stdout, done.stdout + done.stderr
     assert not _has_control(done.stdout.replace("\n", "")), repr(done.stdout)
     assert not _has_control(done.stderr.replace("\n", "")), repr(done.stderr)
+
+
+def test_a_stop_goes_on_to_the_next_host_when_one_never_answers(hostile, keys, tmp_path, capsys):
+    """The learners' host (stopped first) never finishes a command; the actor's host, after
+    it, is still asked, and the stop fails naming the first."""
+    stuck = hostile(answer=_answering(close=False))
+    idle = hostile(answer=_answering(status=1), address="127.0.0.3")  # no session: nothing runs
+    csv = tmp_path / "workers.csv"
+    csv.write_text(
+        "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python\n"
+        f"learner,127.0.0.2,8001,{stuck.port},impala,{keys[1]},,/w,\n"
+        f"actor,127.0.0.3,,{idle.port},impala,{keys[1]},,/w,\n"
+    )
+    workers = workers_csv.read_workers(str(csv), default_workdir="/w")
+    plans = run_plan.plan_run(workers, [], "cluster")
+    ssh = hosts.SshOptions(accept_unknown_host_keys=True, known_hosts=os.devnull)
+    with pytest.raises(hosts.HostError, match=r"127\.0\.0\.2: a command did not finish") as raised:
+        run_control.stop_run(plans, ssh)
+    assert "127.0.0.3" not in str(raised.value)
+    assert "127.0.0.3: nothing running in tmux session" in capsys.readouterr().out
