@@ -2,8 +2,9 @@
 
 A call is admitted only if its metadata holds the key `wire.SECRET_KEY` exactly once, with the
 secret as its value, compared in time independent of where they differ. Refusals are counted,
-by host too, and logged one by one up to `LOGGED_REFUSALS_PER_MINUTE` a host, then summed up
-once a minute: a stranger calling in a loop cannot fill the learner's log.
+by host too, and logged one by one up to `LOGGED_REFUSALS_PER_MINUTE` a host and
+`LOGGED_LINES_PER_MINUTE` in all, then summed up once a minute: a stranger calling in a loop,
+from one address or from many, cannot fill the learner's log or its memory.
 """
 
 from __future__ import annotations
@@ -20,8 +21,12 @@ import grpc
 from impala.transport import wire
 from impala.transport.roster import MAX_ACTOR_TASKS
 
-# A host's refused calls are logged one by one up to this many a minute, then summed up.
+# A host's refused calls are logged one by one up to this many a minute, then summed up; and
+# at most this many in all a minute, and hosts, whatever the number of hosts calling (an IPv6
+# network gives one caller millions of addresses).
 LOGGED_REFUSALS_PER_MINUTE = 5
+LOGGED_LINES_PER_MINUTE = 60
+MAX_HOSTS_A_MINUTE = 1024
 
 _log = logging.getLogger(__name__)
 
@@ -40,7 +45,12 @@ class Authenticator:
         self._count = count
         self._lock = threading.Lock()
         self._by_host: collections.Counter[str] = collections.Counter()
-        self._logged: dict[str, tuple[float, int]] = {}
+        # This minute's refusals: by host (at most MAX_HOSTS_A_MINUTE), of other hosts, and the
+        # lines logged one by one.
+        self._minute_start: float | None = None
+        self._minute: collections.Counter[str] = collections.Counter()
+        self._minute_others = 0
+        self._minute_lines = 0
         # A stream handler, so that gRPC does not wait for (or keep) the request to run it.
         self.refusal = grpc.stream_unary_rpc_method_handler(self._refuse)
 
@@ -62,28 +72,52 @@ class Authenticator:
     def _refuse(self, request_iterator, context):
         self._count()
         host = _host_of(context.peer())
-        if self._record(host) < LOGGED_REFUSALS_PER_MINUTE:
+        if self._record(host):
             _log.warning("refused a call without the run secret from %s", host)
         context.abort(grpc.StatusCode.UNAUTHENTICATED, "run secret refused")
 
-    def _record(self, host: str) -> int:
-        """Counts a refusal from `host`; how many of its refusals this minute came before."""
+    def _record(self, host: str) -> bool:
+        """Counts a refusal from `host`; whether to log it one by one. Once a minute has passed
+        since the first refusal of the last, what was not logged one by one is summed up in at
+        most two lines."""
         now = time.monotonic()
         with self._lock:
             self._by_host[host] += 1
             if len(self._by_host) > MAX_ACTOR_TASKS:  # a bound, should hosts be spoofed
                 self._by_host = collections.Counter(dict(self._by_host.most_common(1024)))
-            since, logged = self._logged.get(host, (now, 0))
-            if now - since > 60:
-                if logged > LOGGED_REFUSALS_PER_MINUTE:
-                    _log.warning(
-                        "refused %d calls without the run secret from %s in the last minute",
-                        logged,
-                        host,
-                    )
-                since, logged = now, 0
-            self._logged[host] = (since, logged + 1)
-        return logged
+            if self._minute_start is None or now - self._minute_start > 60:
+                self._sum_up_minute()
+                self._minute_start = now
+            if host not in self._minute and len(self._minute) >= MAX_HOSTS_A_MINUTE:
+                self._minute_others += 1
+                return False
+            self._minute[host] += 1
+            if (
+                self._minute[host] <= LOGGED_REFUSALS_PER_MINUTE
+                and self._minute_lines < LOGGED_LINES_PER_MINUTE
+            ):
+                self._minute_lines += 1
+                return True
+            return False
+
+    def _sum_up_minute(self) -> None:
+        """Logs the refusals of the minute that ended that were not logged one by one, and
+        starts the next (with the lock held)."""
+        unlogged = sum(self._minute.values()) + self._minute_others - self._minute_lines
+        if unlogged > 0:
+            host, most = self._minute.most_common(1)[0]
+            others = " and more hosts" if self._minute_others else ""
+            _log.warning(
+                "refused %d more calls without the run secret in the last minute, from %d "
+                "hosts%s (most from %s: %d in all)",
+                unlogged,
+                len(self._minute),
+                others,
+                host,
+                most,
+            )
+        self._minute.clear()
+        self._minute_others = self._minute_lines = 0
 
 
 def _host_of(peer: str) -> str:

@@ -1298,3 +1298,32 @@ def test_a_servers_connection_cap_leaves_half_the_open_file_limit_to_the_process
     assert serving.connection_cap() == serving.MAX_CONNECTIONS
     limits["soft"] = unlimited
     assert serving.connection_cap() == serving.MAX_CONNECTIONS
+
+
+def test_refusals_from_many_hosts_are_logged_within_a_bound_and_summed_up(monkeypatch, caplog):
+    """A stranger with a network of addresses (an IPv6 /64) calls from a new one each time: the
+    learner logs at most its lines a minute and keeps at most its hosts a minute, then sums up
+    the rest in one line."""
+    from impala.transport import authentication
+
+    now = [1000.0]
+    monkeypatch.setattr(authentication.time, "monotonic", lambda: now[0])
+    authenticator = Authenticator(SECRET, lambda: None)
+    caplog.set_level("WARNING", logger=authentication.__name__)
+    logged = [authenticator._record("ipv4:10.0.0.1") for _ in range(8)]
+    assert logged == [True] * authentication.LOGGED_REFUSALS_PER_MINUTE + [False] * 3
+    hosts = [f"ipv6:[2001:db8::{n:x}]" for n in range(5000)]
+    logged = sum(authenticator._record(host) for host in hosts)
+    assert logged == authentication.LOGGED_LINES_PER_MINUTE - 5
+    assert len(authenticator._minute) == authentication.MAX_HOSTS_A_MINUTE
+    assert len(authenticator.by_host()) <= authentication.MAX_ACTOR_TASKS + 1
+    now[0] += 61
+    caplog.clear()
+    assert authenticator._record("ipv4:10.0.0.1")  # a new minute: logged again
+    (summary,) = [record.getMessage() for record in caplog.records]
+    assert summary == (
+        f"refused {8 + 5000 - 60} more calls without the run secret in the last minute, from "
+        f"{authentication.MAX_HOSTS_A_MINUTE} hosts and more hosts (most from ipv4:10.0.0.1: 8 "
+        "in all)"
+    )
+    assert len(authenticator._minute) == 1
