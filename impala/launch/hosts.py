@@ -19,7 +19,7 @@ import paramiko
 
 from impala import run_secret, run_tls
 from impala.launch.run_plan import HostPlan
-from impala.launch.tmux import printable
+from impala.printable import printable
 
 
 class HostError(RuntimeError):

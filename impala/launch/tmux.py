@@ -15,6 +15,7 @@ import shlex
 
 from impala import run_folder
 from impala.launch.planning import shell_line
+from impala.printable import printable
 
 # The tmux window of a run's mpirun, on the first learner host (a policy's: `policy_<k>_learners`
 # on its first learner host, in a run of several policies).
@@ -149,13 +150,6 @@ def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:
 
 def tmux_kill_session(session: str) -> list[str]:
     return ["kill-session", "-t", f"={session}"]
-
-
-def printable(text: str) -> str:
-    """`text` with every character a terminal could act on (escape sequences, carriage returns,
-    other control and format characters) replaced by '?'. A worker host's answers are printed on
-    the user's terminal, and a hostile host could otherwise rewrite or hide what it shows."""
-    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def parse_status(listing: str) -> list[tuple[str, bool, str]]:

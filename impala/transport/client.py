@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from impala import run_identity
+from impala.printable import printable
 from impala.trajectory import Steps, Unroll
 from impala.transport import wire
 from impala.transport.wire import (
@@ -146,14 +147,16 @@ class ActorClient:
         answer = self._call("Hello", wire.encode_hello(actor_task, identity)).decode(
             errors="replace"
         )
+        # What the learner says is printed as printable text: without --transport_tls, whoever
+        # holds its address may say anything.
         if answer.startswith("MISMATCH:"):
             learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
             raise MismatchError(
                 f"actor {actor_task} does not match its learner at {address}: "
-                + run_identity.mismatch(learner_identity, identity)
+                + printable(run_identity.mismatch(learner_identity, identity))
             )
         if answer:
-            raise MismatchError(f"actor {actor_task} at learner {address}: {answer}")
+            raise MismatchError(f"actor {actor_task} at learner {address}: {printable(answer)}")
 
     def _open_channel(self, address: str, tls) -> grpc.Channel:
         options = [
@@ -330,7 +333,7 @@ class ActorClient:
 
     def _translated(self, error: grpc.RpcError, method: str) -> Exception:
         code = error.code()
-        details = (error.details() or "").splitlines()[0] if error.details() else ""
+        details = printable((error.details() or "").splitlines()[0] if error.details() else "")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return LearnerUnreachableError(
                 f"{method} call to learner {self._address} failed: {details or code.name}"

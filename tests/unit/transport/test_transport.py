@@ -1327,3 +1327,36 @@ def test_refusals_from_many_hosts_are_logged_within_a_bound_and_summed_up(monkey
         "in all)"
     )
     assert len(authenticator._minute) == 1
+
+
+class _Impostor(grpc.GenericRpcHandler):
+    """Whoever holds a learner's address without TLS: answers every call with `answer`."""
+
+    def __init__(self, answer: bytes):
+        self._answer = answer
+
+    def service(self, handler_call_details):
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: self._answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x1b[Hlearner ready",
+        b'MISMATCH:{"\\u001b[2Jlevel_name": "\\u001b[1A\\r"}',
+    ],
+    ids=["its own words", "a made-up identity"],
+)
+def test_what_an_impostor_learner_says_reaches_the_actors_log_printable(answer):
+    address = _free_address()
+    server = grpc.server(futures.ThreadPoolExecutor(1), handlers=[_Impostor(answer)])
+    server.add_insecure_port(address)
+    server.start()
+    try:
+        with pytest.raises(MismatchError) as raised:
+            _client(address, _lstm_spec())
+    finally:
+        server.stop(None)
+    message = str(raised.value)
+    assert all(char.isprintable() for char in message), repr(message)
+    assert f"learner at {address}" in message or f"at learner {address}" in message
