@@ -152,14 +152,18 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             counts.sending_secs += time.monotonic() - acted
             counts.room_wait_secs += client.room_wait_secs - room_wait
             counts.room_calls += client.room_calls - room_calls
-        if client.refused_chunks > refused:
+        refused_now = client.refused_chunks > refused
+        if refused_now:
             report(
                 f"actor {config.task}: the learner refused an unroll ({client.refused_chunks} "
                 "chunks so far); its log says why"
             )
         client.report_episodes(actor.pop_episode_stats())
         counts.unrolls += 1
-        if config.synchronous_collection:  # acts again only with the learner's next weights
+        # Synchronous collection: acts again only with the learner's next weights, unless the
+        # learner refused (some of) this unroll: it takes no place in the learner's round, which
+        # may need it to fill the batch that leads to the next weights.
+        if config.synchronous_collection and not refused_now:
             waited = time.monotonic()
             _wait_for_weights_after(client, actor, unroll.weight_version)
             counts.next_weights_secs += time.monotonic() - waited

@@ -122,7 +122,8 @@ class Trainer:
     gradients it has just computed: the network's time to carry them overlaps the next step's
     computation. Every learner applies the same average, so their weights stay identical; each
     step applies gradients one step old (computed at the weights before the last update).
-    `flush` applies the gradients kept, before a checkpoint and at the end.
+    `flush` applies the gradients kept, at the end before the last checkpoint; a periodic
+    checkpoint holds the weights without them, so a run resumed from one loses one step's.
     """
 
     def __init__(
@@ -262,9 +263,10 @@ class Trainer:
 
     def flush(self) -> int:
         """Asynchronous gradients: applies the gradients kept from the last step (averaged over
-        the learners), so that the weights hold every step taken: before a checkpoint, and at
-        the end. Every learner must call it at the same point. Returns 1 if they were skipped
-        (not finite), else 0."""
+        the learners), so that the weights hold every step taken: at the end, before the last
+        checkpoint (periodic checkpoints do without: a resume from one loses that one step's
+        gradients). Every learner must call it at the same point. Returns 1 if they were
+        skipped (not finite), else 0."""
         if self._delayed_reduce is None:
             return 0
         return int(self._flush())

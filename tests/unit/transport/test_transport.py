@@ -1360,3 +1360,64 @@ def test_what_an_impostor_learner_says_reaches_the_actors_log_printable(answer):
     message = str(raised.value)
     assert all(char.isprintable() for char in message), repr(message)
     assert f"learner at {address}" in message or f"at learner {address}" in message
+
+
+def test_a_synchronous_actor_whose_unroll_was_refused_acts_again_with_the_same_weights(
+    make_service,
+):
+    """Synchronous collection: an unroll the learner refused takes no place in its round, so
+    the actor acts again with the weights it holds, rather than wait for weights that the
+    learner, one unroll short, would never publish."""
+    from impala.actor import loop
+
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    learner_weights = [tf.Variable(np.ones(3, np.float32))]
+    service, address = make_service(spec, learner_weights, synchronous=True)
+    service.publish_weights(0)
+    client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
+    rng = np.random.default_rng(5)
+
+    class _Player:  # the environments and the policy stand-in: not what is tested here
+        weight_version, unrolls = -1, 0
+
+        def set_weights(self, weights, version):
+            self.weight_version = version
+
+        def unroll(self):
+            self.unrolls += 1
+            unroll = _unroll(spec, 2, rng, weight_version=self.weight_version)
+            if self.unrolls == 1:
+                unroll.steps.policy_logits[...] = 1e6  # beyond what the loss takes: refused
+            return unroll
+
+        def pop_episode_stats(self):
+            return []
+
+    player = _Player()
+    config = types.SimpleNamespace(
+        task=0, learner_address=address, num_envs=2, synchronous_collection=True
+    )
+
+    failed = []
+
+    def act():
+        try:
+            loop._act(client, player, loop._Counts(), config, lambda line: None)
+        except LearnerFinishedError:
+            pass
+        except Exception as error:  # said by the test, not lost in the thread
+            failed.append(error)
+
+    acting = threading.Thread(target=act, daemon=True)
+    acting.start()
+    deadline = time.monotonic() + 20
+    while service.queue_size < 2 and not failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not failed, failed
+    # The first unroll refused, the second (the same weights, version 0) queued; then the actor
+    # waits for version 1.
+    assert client.refused_chunks == 1 and service.queue_size == 2
+    assert player.unrolls == 2 and player.weight_version == 0
+    service.close()
+    acting.join(10)
+    assert not acting.is_alive()
