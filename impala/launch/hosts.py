@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 
@@ -24,11 +25,18 @@ from impala.printable import printable
 
 class HostError(RuntimeError):
     """Something failed on a host; the message names the host. It may quote what a host sent
-    (a hostile one, for all the frontend knows), so it is made printable: one line, with no
-    character a terminal would act on."""
+    (a hostile one, for all the frontend knows), so it is made printable: one line (a host's
+    lines joined by " | ") of at most `MAX_MESSAGE_CHARS`, with no character a terminal would
+    act on."""
 
     def __init__(self, message: str):
-        super().__init__(printable(message))
+        lines = " | ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        if len(lines) > MAX_MESSAGE_CHARS:
+            lines = lines[: MAX_MESSAGE_CHARS - 3] + "..."
+        super().__init__(printable(lines))
+
+
+MAX_MESSAGE_CHARS = 500
 
 
 # What a command's output may add to the frontend's memory, per stream; the rest is dropped.
@@ -180,6 +188,11 @@ class SshHost(Host):
             raise HostError(
                 f"{worker.host}:{worker.ssh_port}: unreachable: {error.strerror or error}"
             ) from None
+        except Exception as error:  # what paramiko raises on a malformed packet, as it is
+            raise HostError(
+                f"{worker.host}:{worker.ssh_port}: SSH as {worker.ssh_user} failed: "
+                f"{type(error).__name__}: {error}"
+            ) from None
 
     def tmux(self, args: Sequence[str]) -> tuple[int, str]:
         return self.shell(shlex.join(["tmux", *args]))
@@ -212,45 +225,63 @@ class SshHost(Host):
 
     def _run(self, command: str, stdin: str = "") -> tuple[int, bytes, bytes]:
         """Runs `command` with `stdin`: its exit status, and its output and errors, each cut at
-        `MAX_OUTPUT_BYTES`. A host that does not finish within `COMMAND_SECS`, or fails the
-        SSH session, is a HostError: whatever it sends or withholds, this returns."""
-        deadline = time.monotonic() + COMMAND_SECS
+        `MAX_OUTPUT_BYTES`. A host that does not finish within `COMMAND_SECS` (its connection
+        is then closed, which ends every wait on it), or fails the SSH session, is a
+        HostError: whatever it sends or withholds, this returns."""
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise HostError(f"{self.name}: the SSH connection is closed")
+        timed_out = threading.Event()
+
+        def time_out() -> None:
+            timed_out.set()
+            transport.close()
+
+        watchdog = threading.Timer(COMMAND_SECS, time_out)
+        watchdog.daemon = True
+        watchdog.start()
+        channel = None
         try:
-            transport = self._client.get_transport()
-            if transport is None:
-                raise HostError(f"{self.name}: the SSH connection is closed")
             channel = transport.open_session(timeout=COMMAND_SECS)
-            try:
-                channel.settimeout(COMMAND_SECS)
-                channel.exec_command(command)
-                if stdin:
-                    channel.sendall(stdin.encode())
-                channel.shutdown_write()
-                streams = (bytearray(), bytearray())
-                readers = (
-                    (channel.recv_ready, channel.recv),
-                    (channel.recv_stderr_ready, channel.recv_stderr),
-                )
-                while True:
-                    waiting = True
-                    for kept, (ready, receive) in zip(streams, readers, strict=True):
-                        if ready():  # a chunk each at a time: a flood meets the deadline
-                            waiting = False
-                            data = receive(65536)
-                            kept += data[: max(0, MAX_OUTPUT_BYTES - len(kept))]
-                    if waiting and channel.exit_status_ready():
-                        return channel.recv_exit_status(), bytes(streams[0]), bytes(streams[1])
-                    if time.monotonic() > deadline:
-                        raise HostError(
-                            f"{self.name}: a command did not finish within "
-                            f"{COMMAND_SECS:.0f} s: {command[:60]}"
-                        )
-                    if waiting:
-                        time.sleep(0.01)
-            finally:
+            channel.settimeout(COMMAND_SECS)
+            channel.exec_command(command)
+            if stdin:
+                channel.sendall(stdin.encode())
+            channel.shutdown_write()
+            streams = (bytearray(), bytearray())
+            readers = (
+                (channel.recv_ready, channel.recv),
+                (channel.recv_stderr_ready, channel.recv_stderr),
+            )
+            while not timed_out.is_set():
+                # Done once the host said its exit status and ended its output (the status
+                # may come before the last of the output), with nothing left to read.
+                finished = channel.exit_status_ready() and (channel.eof_received or channel.closed)
+                read = False
+                for kept, (ready, receive) in zip(streams, readers, strict=True):
+                    if ready():  # a chunk each at a time: a flood meets the deadline
+                        read = True
+                        data = receive(65536)
+                        kept += data[: max(0, MAX_OUTPUT_BYTES - len(kept))]
+                if finished and not read:
+                    return channel.recv_exit_status(), bytes(streams[0]), bytes(streams[1])
+                if not read:
+                    time.sleep(0.01)
+        except HostError:
+            raise
+        except Exception as error:  # paramiko's, or what it raises on a malformed packet
+            if not timed_out.is_set():
+                raise HostError(
+                    f"{self.name}: SSH failed: {type(error).__name__}: {error}"
+                ) from None
+        finally:
+            watchdog.cancel()
+            if channel is not None:
                 channel.close()
-        except (paramiko.SSHException, OSError, EOFError) as error:
-            raise HostError(f"{self.name}: SSH failed: {error or type(error).__name__}") from None
+        raise HostError(
+            f"{self.name}: a command did not finish within {COMMAND_SECS:.0f} s (its SSH "
+            f"connection closed): {command[:60]}"
+        )
 
     def write_secret(self, path: str, secret: str) -> None:
         self.write_file(path, secret + "\n", owner_only=True)

@@ -6,6 +6,7 @@ else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -58,7 +59,10 @@ def start_run(
             _start_windows(host, plan)
     except HostError:
         for host, plan in started:
-            _stop_session(host, plan, timeout=10.0)
+            # Every host started is stopped, whatever one of them does; the error that ended
+            # the start is the one raised.
+            with contextlib.suppress(HostError):
+                _stop_session(host, plan, timeout=10.0)
         raise
     finally:
         for host in connected:

@@ -77,16 +77,16 @@ class Authenticator:
         context.abort(grpc.StatusCode.UNAUTHENTICATED, "run secret refused")
 
     def _record(self, host: str) -> bool:
-        """Counts a refusal from `host`; whether to log it one by one. Once a minute has passed
-        since the first refusal of the last, what was not logged one by one is summed up in at
-        most two lines."""
+        """Counts a refusal from `host`; whether to log it one by one. At the first refusal
+        a minute or more after the first of the last minute, what that minute did not log one by
+        one is summed up in one line."""
         now = time.monotonic()
         with self._lock:
             self._by_host[host] += 1
             if len(self._by_host) > MAX_ACTOR_TASKS:  # a bound, should hosts be spoofed
                 self._by_host = collections.Counter(dict(self._by_host.most_common(1024)))
             if self._minute_start is None or now - self._minute_start > 60:
-                self._sum_up_minute()
+                self._sum_up_minute(now)
                 self._minute_start = now
             if host not in self._minute and len(self._minute) >= MAX_HOSTS_A_MINUTE:
                 self._minute_others += 1
@@ -100,7 +100,7 @@ class Authenticator:
                 return True
             return False
 
-    def _sum_up_minute(self) -> None:
+    def _sum_up_minute(self, now: float) -> None:
         """Logs the refusals of the minute that ended that were not logged one by one, and
         starts the next (with the lock held)."""
         unlogged = sum(self._minute.values()) + self._minute_others - self._minute_lines
@@ -108,9 +108,10 @@ class Authenticator:
             host, most = self._minute.most_common(1)[0]
             others = " and more hosts" if self._minute_others else ""
             _log.warning(
-                "refused %d more calls without the run secret in the last minute, from %d "
-                "hosts%s (most from %s: %d in all)",
+                "refused %d more calls without the run secret in the minute that began %.0f s "
+                "ago, from %d hosts%s (most from %s: %d in all)",
                 unlogged,
+                now - self._minute_start,
                 len(self._minute),
                 others,
                 host,

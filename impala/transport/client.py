@@ -150,10 +150,17 @@ class ActorClient:
         # What the learner says is printed as printable text: without --transport_tls, whoever
         # holds its address may say anything.
         if answer.startswith("MISMATCH:"):
-            learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
+            try:
+                learner_identity = run_identity.decode(answer[len("MISMATCH:") :])
+                differences = run_identity.mismatch(learner_identity, identity)
+            except (ValueError, AttributeError, TypeError, RecursionError):
+                raise MismatchError(
+                    f"actor {actor_task} at learner {address}: the learner's identity is not "
+                    f"one: {printable(answer[:200])}"
+                ) from None
             raise MismatchError(
                 f"actor {actor_task} does not match its learner at {address}: "
-                + printable(run_identity.mismatch(learner_identity, identity))
+                + printable(differences)
             )
         if answer:
             raise MismatchError(f"actor {actor_task} at learner {address}: {printable(answer)}")

@@ -4,7 +4,9 @@ its handler (only once its run secret passed, `authentication.py`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import resource
 import socket
 from collections.abc import Callable, Mapping
@@ -23,15 +25,19 @@ SERVER_THREADS = 8
 MAX_CONCURRENT_CALLS = 128
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
-# Connections open at once, at most half the process's open-file limit (`connection_cap`):
-# gRPC closes any past the cap as it accepts them, so a stranger who opens connections and
-# leaves them idle can keep new callers out but cannot take the files a learner writes its
-# checkpoints and summaries to (uncapped, 246 idle connections did at a limit of 256).
+# Connections open at once, at most half the process's open-file limit (`connection_cap`),
+# which a server raises to its hard limit first: gRPC closes any past the cap as it accepts
+# them, so a stranger who opens connections and leaves them idle can keep new callers out but
+# cannot take the files a learner writes its checkpoints and summaries to (uncapped, 246 idle
+# connections did at a limit of 256). gRPC keeps a cap per address it listens on (a name may
+# resolve to an IPv4 and an IPv6 one): the cap is shared between them.
 MAX_CONNECTIONS = 1024
 # A connection with no call under way this long is closed (a client connects again at its next
 # call), and one that has not finished its TLS or HTTP/2 handshake this long after it opened.
 IDLE_CONNECTION_MS = 60_000
 HANDSHAKE_MS = 20_000
+
+_log = logging.getLogger(__name__)
 
 # A method's behaviour: the request's bytes and the gRPC context -> the reply's bytes.
 Behaviour = Callable[[bytes, grpc.ServicerContext], bytes]
@@ -59,6 +65,8 @@ def serve(
     Raises:
       ValueError: the server cannot listen at `address`.
     """
+    _raise_open_file_limit()
+    cap = connection_cap(len(listening_addresses(address)))
     server = grpc.server(
         futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix="learner-rpc"),
         handlers=[_Methods(authenticator, behaviours)],
@@ -74,7 +82,7 @@ def serve(
             # learner buffer megabytes of requests it will refuse: a stranger opening many
             # connections grew it by gigabytes (tests/e2e/test_attacks.py).
             ("grpc.http2.bdp_probe", 0),
-            ("grpc.max_allowed_incoming_connections", connection_cap()),
+            ("grpc.max_allowed_incoming_connections", cap),
             ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
             ("grpc.server_handshake_timeout_ms", HANDSHAKE_MS),
         ],
@@ -88,16 +96,41 @@ def serve(
     if not bound:
         raise ValueError(f"cannot listen at {address}")
     server.start()
+    _log.info(
+        "serving at %s: at most %d connections at once",
+        address,
+        cap * len(listening_addresses(address)),
+    )
     return server
 
 
-def connection_cap() -> int:
-    """The connections a server of this process accepts at once: `MAX_CONNECTIONS`, or half the
-    process's open-file limit where that is less, so the other half stays the process's own."""
+def connection_cap(listeners: int = 1) -> int:
+    """The connections a server of this process accepts at once on each of its `listeners`
+    addresses: `MAX_CONNECTIONS` in all, or half the process's open-file limit where that is
+    less, so the other half stays the process's own."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_CONNECTIONS
-    return max(1, min(MAX_CONNECTIONS, soft // 2))
+    total = MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else min(MAX_CONNECTIONS, soft // 2)
+    return max(1, total // max(1, listeners))
+
+
+def listening_addresses(address: str) -> set:
+    """The socket addresses gRPC listens on for `address` ("host:port"), one per address its
+    host resolves to (at least one counted)."""
+    host, port = configs.parse_address(address, "learner address")
+    try:
+        return {info[4] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except socket.gaierror:
+        return {address}
+
+
+def _raise_open_file_limit() -> None:
+    """Raises this process's soft limit of open files to its hard limit (64k at most), as far
+    as the system lets it: more room for the connections' cap and the learner's own files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 class _Methods(grpc.GenericRpcHandler):
