@@ -267,6 +267,15 @@ class Learner:
                 count += os.readlink(os.path.join(fd_dir, fd)).startswith("socket:")
         return count
 
+    def lets_go_of_sockets(self, before: int) -> None:
+        """Waits until the learner holds no more than a few sockets over `before`: it let go
+        of the connections an attacker closed."""
+        wait_until(
+            lambda: self.sockets() <= before + 5,
+            30,
+            lambda: f"the learner still holds {self.sockets()} sockets",
+        )
+
     def expect(self, reason: str, calls: int = 1, *, maybe: int = 0) -> None:
         """`calls` more refusals for `reason` to be counted, and up to `maybe` more."""
         self.counted_low[reason] += calls
@@ -835,12 +844,7 @@ def test_two_hundred_connections_without_the_secret_are_all_refused(learner):
         f"{connections_before} -> {open_sockets}; learner RSS {rss.describe()}"
     )
     assert rss.growth < RSS_BOUND_MB, rss.describe()
-    # The connections closed are let go by the learner.
-    wait_until(
-        lambda: learner.sockets() <= connections_before + 5,
-        30,
-        lambda: f"the learner still holds {learner.sockets()} sockets",
-    )
+    learner.lets_go_of_sockets(connections_before)
     learner.check_counted_and_trained(steps)
     # A caller with the secret still gets weights, newer than before the attack.
     with channel(learner.address) as connection:
@@ -911,11 +915,7 @@ def test_connections_held_idle_past_the_cap_are_closed_and_the_learner_keeps_its
         f"{sockets_before} -> {sockets_held}; learner RSS {rss.describe()}"
     )
     assert rss.growth < RSS_BOUND_MB, rss.describe()
-    wait_until(
-        lambda: learner.sockets() <= sockets_before + 5,
-        30,
-        lambda: f"the learner still holds {learner.sockets()} sockets",
-    )
+    learner.lets_go_of_sockets(sockets_before)
     with channel(learner.address) as connection:
         version, weights = _weights(connection, learner.secret)
     assert version > 0 and len(weights) == learner.num_weights
