@@ -22,6 +22,9 @@ from impala import run_secret, run_tls
 from impala.launch.run_plan import HostPlan
 from impala.printable import printable
 
+# The longest message a HostError carries, a host's answer included.
+MAX_MESSAGE_CHARS = 500
+
 
 class HostError(RuntimeError):
     """Something failed on a host; the message names the host. It may quote what a host sent
@@ -34,9 +37,6 @@ class HostError(RuntimeError):
         if len(lines) > MAX_MESSAGE_CHARS:
             lines = lines[: MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(printable(lines))
-
-
-MAX_MESSAGE_CHARS = 500
 
 
 # What a command's output may add to the frontend's memory, per stream; the rest is dropped.
@@ -267,8 +267,6 @@ class SshHost(Host):
                     return channel.recv_exit_status(), bytes(streams[0]), bytes(streams[1])
                 if not read:
                     time.sleep(0.01)
-        except HostError:
-            raise
         except Exception as error:  # paramiko's, or what it raises on a malformed packet
             if not timed_out.is_set():
                 raise HostError(

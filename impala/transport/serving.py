@@ -66,7 +66,8 @@ def serve(
       ValueError: the server cannot listen at `address`.
     """
     _raise_open_file_limit()
-    cap = connection_cap(len(listening_addresses(address)))
+    listeners = len(listening_addresses(address))
+    cap = connection_cap(listeners)
     server = grpc.server(
         futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix="learner-rpc"),
         handlers=[_Methods(authenticator, behaviours)],
@@ -99,7 +100,7 @@ def serve(
     _log.info(
         "serving at %s: at most %d connections at once",
         address,
-        cap * len(listening_addresses(address)),
+        cap * listeners,
     )
     return server
 
