@@ -28,8 +28,8 @@ MAX_STREAMS_PER_CONNECTION = 32
 # Connections open at once, at most half the process's open-file limit (`connection_cap`),
 # which a server raises to its hard limit first: gRPC closes any past the cap as it accepts
 # them, so a stranger who opens connections and leaves them idle can keep new callers out but
-# cannot take the files a learner writes its checkpoints and summaries to (uncapped, 246 idle
-# connections did at a limit of 256). gRPC keeps a cap per address it listens on (a name may
+# cannot take the files a learner writes its checkpoints and summaries to (uncapped, idle
+# connections could take them all). gRPC keeps a cap per address it listens on (a name may
 # resolve to an IPv4 and an IPv6 one): the cap is shared between them.
 MAX_CONNECTIONS = 1024
 # A connection with no call under way this long is closed (a client connects again at its next
