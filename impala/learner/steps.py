@@ -17,12 +17,16 @@ from impala.learner import allreduce
 from impala.learner.state import Counters, Learning
 from impala.trajectory import MAX_ABS_EPISODE_RETURN, Batch
 
+# How often a learner waiting for its batch looks whether it was asked to stop.
+STOP_CHECK_SECS = 0.05
+
 
 def wait_for_batch(
     learning: Learning, stop: threading.Event
 ) -> transport.QueuedTrajectories | None:
-    """Dequeues a batch, polling so that a stop request is seen meanwhile (then: None). With
-    replays, dequeues the fresh trajectories the batch needs and mixes in the replayed ones.
+    """Dequeues a batch, sleeping until its trajectories are in and looking every
+    STOP_CHECK_SECS whether it was asked to stop (then: None). With replays, dequeues the fresh
+    trajectories the batch needs and mixes in the replayed ones.
 
     A learner whose actors are gone says so once (not only the chief: a learner without data
     stalls every learner), keeps waiting for them, and says when data flows again.
@@ -32,10 +36,9 @@ def wait_for_batch(
     started = time.monotonic()
     warned = False
     received = service.trajectories_received
-    while service.queue_size < batch_size:
+    while not service.wait_for_trajectories(batch_size, timeout_secs=STOP_CHECK_SECS):
         if stop.is_set():
             return None
-        time.sleep(0.002)
         if not warned and time.monotonic() >= started + learning.config.stall_warning_secs:
             warned = True
             logging.warning(

@@ -115,6 +115,9 @@ class LearnerService:
         self._roster = Roster()
         self._episodes = EpisodeInbox()
         self._lock = threading.Lock()
+        # Notified after each chunk is queued: the learner sleeps on it until its batch is in
+        # (`wait_for_trajectories`) rather than asking the store its size again and again.
+        self._arrivals = threading.Condition()
         self._received = 0
         self._synchronous = synchronous
         # Synchronous collection: a chunk's version is checked and the chunk queued under this
@@ -205,6 +208,18 @@ class LearnerService:
             self._state_count += 1
             self._state_wanted = False
             self._state.notify_all()
+
+    def wait_for_trajectories(self, count: int, timeout_secs: float) -> bool:
+        """Sleeps until at least `count` trajectories are queued (woken as each chunk is) or
+        `timeout_secs` have passed; whether they are queued."""
+        deadline = time.monotonic() + timeout_secs
+        with self._arrivals:
+            while self.queue_size < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._arrivals.wait(left)
+        return True
 
     def dequeue(self, batch_size: int) -> QueuedTrajectories:
         """Blocks until `batch_size` trajectories are queued and returns them, time-major."""
@@ -320,6 +335,8 @@ class LearnerService:
             return STATUS.pack(QUEUE_FULL)
         with self._lock:
             self._received += trajectories
+        with self._arrivals:
+            self._arrivals.notify_all()
         return STATUS.pack(ACCEPTED)
 
     def _read_chunk(self, actor_task: int, weight_version: int, request: bytes):

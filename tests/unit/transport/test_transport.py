@@ -241,6 +241,30 @@ def test_unroll_larger_than_a_message_is_sent_in_chunks(make_service):
     _assert_same_trajectories(service.dequeue(num_envs), unroll)
 
 
+def test_the_learner_sleeps_until_its_batch_is_in_and_wakes_as_it_arrives(make_service):
+    """`wait_for_trajectories` times out while too few are queued, and is woken by the chunk
+    that completes the batch rather than at its timeout."""
+    spec = _lstm_spec(unroll_length=3, observation_shape=(5,), observation_dtype="float32")
+    service, address = make_service(spec)
+    client = _client(address, spec)
+    client.send(_unroll(spec, 2, np.random.default_rng(0)))
+    assert service.wait_for_trajectories(2, timeout_secs=0)
+    started = time.monotonic()
+    assert not service.wait_for_trajectories(4, timeout_secs=0.3)
+    assert time.monotonic() - started >= 0.3
+
+    sender = threading.Timer(0.5, client.send, [_unroll(spec, 2, np.random.default_rng(1))])
+    sender.start()
+    started = time.monotonic()
+    try:
+        assert service.wait_for_trajectories(4, timeout_secs=120)
+    finally:
+        sender.join()
+    # Woken by the arrival: a wait that missed it would have slept its 120 s.
+    assert 0.4 < time.monotonic() - started < 60
+    assert service.queue_size == 4
+
+
 def test_float_vector_observations_round_trip_bit_exact(make_service):
     spec = _lstm_spec(unroll_length=7, observation_shape=(5,), observation_dtype="float32")
     service, address = make_service(spec)
