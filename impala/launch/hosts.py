@@ -60,8 +60,8 @@ class Host:
         raise NotImplementedError
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
-        """Writes `content` to `path`; `owner_only`: readable by its owner only from its first
-        byte, and put in place whole."""
+        """Writes `content` to `path`, put in place whole: a symlink at `path` is replaced,
+        never followed. `owner_only`: readable by its owner only from its first byte."""
         raise NotImplementedError
 
     def write_secret(self, path: str, secret: str) -> None:
@@ -98,15 +98,14 @@ class LocalHost(Host):
         return done.returncode, done.stdout + done.stderr
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
+        # O_EXCL creates the temporary file or fails: never through a symlink someone planted
+        # at its name; the rename replaces a symlink at `path` rather than following it.
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        if not owner_only:
-            with open(path, "w") as f:
-                f.write(content)
-            return
         temporary = f"{path}.tmp"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        mode = 0o600 if owner_only else 0o666  # less the umask
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(descriptor, "w") as f:
             f.write(content)
         os.replace(temporary, path)
@@ -203,21 +202,20 @@ class SshHost(Host):
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Through the shell rather than SFTP, which not every SSH server offers. The content
-        # goes through stdin: never on a command line, where `ps` would show it. An owner-only
-        # file is written under umask 077 into a new folder of unguessable name that only its
-        # owner can change (a fixed temporary name could be made a symlink to another file
-        # between its removal and the write, by anyone who can write to the folder), then
-        # moved into place: a rename replaces a symlink at the target, never follows it.
+        # goes through stdin: never on a command line, where `ps` would show it. The file is
+        # written into a new folder of unguessable name that only its owner can change (a
+        # fixed temporary name could be made a symlink to another file between its removal
+        # and the write, by anyone who can write to the folder), an owner-only one under
+        # umask 077, then moved into place: a rename replaces a symlink at the target, never
+        # follows it.
         folder, target = shlex.quote(os.path.dirname(path)), shlex.quote(path)
-        if owner_only:
-            private = shlex.quote(os.path.join(os.path.dirname(path), ".write.XXXXXXXX"))
-            command = (
-                f"umask 077 && mkdir -p {folder} && private=$(mktemp -d {private}) && "
-                f'{{ cat > "$private/file" && mv -f "$private/file" {target}; written=$?; '
-                f'rm -rf "$private"; exit "$written"; }}'
-            )
-        else:
-            command = f"mkdir -p {folder} && cat > {target}"
+        private = shlex.quote(os.path.join(os.path.dirname(path), ".write.XXXXXXXX"))
+        command = (
+            f"{'umask 077 && ' if owner_only else ''}mkdir -p {folder} && "
+            f"private=$(mktemp -d {private}) && "
+            f'{{ cat > "$private/file" && mv -f "$private/file" {target}; written=$?; '
+            f'rm -rf "$private"; exit "$written"; }}'
+        )
         code, _, stderr = self._run(command, content)
         if code != 0:
             error = stderr.decode(errors="replace").strip() or f"exit {code}"

@@ -266,12 +266,13 @@ def test_learners_on_two_hosts_run_in_a_workdir_and_python_with_shell_characters
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
 
 
-def test_an_owner_only_file_written_over_ssh_never_lands_where_a_planted_symlink_points(
-    sshd, tmp_path
+@pytest.mark.parametrize(("name", "owner_only"), [("secret", True), ("ssh_config", False)])
+def test_a_file_written_over_ssh_never_lands_where_a_planted_symlink_points(
+    sshd, tmp_path, name, owner_only
 ):
     # Another user who can write to the run folder keeps planting symlinks to a file of
-    # theirs at every name a writer could be expected to use, racing the frontend's writes
-    # of the run secret.
+    # theirs at every name a writer could be expected to use, the file's own included,
+    # racing the frontend's writes of the run secret, or of mpirun's ssh config (a plain file).
     directory, port = sshd
     worker = workers_csv.Worker(
         job="actor",
@@ -290,25 +291,31 @@ def test_an_owner_only_file_written_over_ssh_never_lands_where_a_planted_symlink
     folder, victim = tmp_path / "run", tmp_path / "theirs"
     folder.mkdir()
     victim.write_text("")
-    target = folder / "secret"
+    target = folder / name
     stop = threading.Event()
 
     def plant():
         while not stop.is_set():
-            for name in ("secret.tmp", "secret.new", "secret~", ".secret"):
+            for planted in (name, f"{name}.tmp", f"{name}.new", f"{name}~", f".{name}"):
                 with contextlib.suppress(FileExistsError):
-                    os.symlink(victim, folder / name)
+                    os.symlink(victim, folder / planted)
 
     planter = threading.Thread(target=plant, daemon=True)
     planter.start()
     try:
         for attempt in range(30):
-            host.write_file(str(target), f"secret {attempt}\n", owner_only=True)
+            host.write_file(str(target), f"{name} {attempt}\n", owner_only=owner_only)
+            # The planter may put its symlink back at the name before the next write.
     finally:
         stop.set()
         planter.join()
+    try:
+        target.unlink()  # the last write's file, or the planter's symlink after it
+        host.write_file(str(target), f"{name} last\n", owner_only=owner_only)
+    finally:
         host.close()
     assert victim.read_text() == ""
-    assert not target.is_symlink() and target.read_text() == "secret 29\n"
-    assert target.stat().st_mode & 0o777 == 0o600
-    assert sorted(p.name for p in folder.iterdir() if not p.is_symlink()) == ["secret"]
+    assert not target.is_symlink() and target.read_text() == f"{name} last\n"
+    if owner_only:
+        assert target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in folder.iterdir() if not p.is_symlink()) == [name]

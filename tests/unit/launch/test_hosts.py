@@ -81,6 +81,35 @@ def test_a_start_that_plans_the_bundle_without_one_to_copy_is_refused(tmp_path, 
         run_control.start_run(_plans(tmp_path, tls=True), hosts.SshOptions(), "ab" * 32)
 
 
+@pytest.mark.parametrize("owner_only", [False, True])
+def test_this_machine_replaces_a_planted_symlink_rather_than_writing_through_it(
+    tmp_path, owner_only
+):
+    """Another user who can write to the run folder planted symlinks to a file of theirs at
+    the file's name and at its temporary name (the frontend's `ssh_config` is a plain file)."""
+    host = hosts.LocalHost("localhost")
+    folder, victim = tmp_path / "run", tmp_path / "theirs"
+    folder.mkdir()
+    victim.write_text("theirs\n")
+    target = folder / "ssh_config"
+    target.symlink_to(victim)
+    host.write_file(str(target), "Host a\n", owner_only=owner_only)
+    assert victim.read_text() == "theirs\n"
+    assert not target.is_symlink() and target.read_text() == "Host a\n"
+    (folder / "ssh_config.tmp").symlink_to(victim)
+    host.write_file(str(target), "Host b\n", owner_only=owner_only)
+    assert victim.read_text() == "theirs\n" and target.read_text() == "Host b\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["ssh_config"]
+    mode = stat.S_IMODE(target.stat().st_mode)
+    assert mode == 0o600 if owner_only else mode == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_path):
     host = hosts.LocalHost("localhost")
     made = str(tmp_path / "made" / "tls.pem")
