@@ -69,6 +69,13 @@ class Authenticator:
         with self._lock:
             return dict(self._by_host)
 
+    def sum_up(self) -> None:
+        """Logs what this minute's refusals did not log one by one (a learner that stops
+        would leave its last minute unsaid: a minute is summed up at the next refusal)."""
+        with self._lock:
+            if self._minute_start is not None:
+                self._sum_up_minute(time.monotonic())
+
     def _refuse(self, request_iterator, context):
         self._count()
         host = _host_of(context.peer())
@@ -109,10 +116,11 @@ class Authenticator:
             others = " and more hosts" if self._minute_others else ""
             _log.warning(
                 "refused %d more calls without the run secret in the minute that began %.0f s "
-                "ago, from %d hosts%s (most from %s: %d in all)",
+                "ago, from %d host%s%s (most from %s: %d in all)",
                 unlogged,
                 now - self._minute_start,
                 len(self._minute),
+                "" if len(self._minute) == 1 else "s",
                 others,
                 host,
                 most,

@@ -246,6 +246,7 @@ class LearnerService:
         with self._state:
             self._state.notify_all()  # `PolicyState` calls waiting end now
         self._server.stop(grace=None).wait()
+        self._authenticator.sum_up()
 
     # ---- Methods: run on the server's threads, after the secret was checked --------------------
 

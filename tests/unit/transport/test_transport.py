@@ -1354,6 +1354,17 @@ def test_refusals_from_many_hosts_are_logged_within_a_bound_and_summed_up(monkey
         "ipv4:10.0.0.1: 8 in all)"
     )
     assert len(authenticator._minute) == 1
+    # A learner that stops sums up its last minute, which no later refusal would.
+    logged = [authenticator._record("ipv4:10.0.0.1") for _ in range(6)]
+    assert logged == [True] * (authentication.LOGGED_REFUSALS_PER_MINUTE - 1) + [False] * 2
+    now[0] += 10
+    caplog.clear()
+    authenticator.sum_up()
+    authenticator.sum_up()  # nothing left to say
+    assert [record.getMessage() for record in caplog.records] == [
+        "refused 2 more calls without the run secret in the minute that began 10 s ago, from 1 "
+        "host (most from ipv4:10.0.0.1: 7 in all)"
+    ]
 
 
 class _Impostor(grpc.GenericRpcHandler):
