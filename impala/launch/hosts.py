@@ -10,7 +10,9 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -82,6 +84,28 @@ class Host:
         return output
 
 
+def unsafe_folder(folder: str) -> str | None:
+    """Why another user could change what is in `folder` (a real path, without symlinks), or
+    None: a folder on its path owned by someone other than root or this user, or writable by
+    others without the sticky bit. Group-writable folders are the group's trust, left alone."""
+    me, path = os.getuid(), folder
+    while True:
+        status = os.lstat(path)
+        if status.st_uid not in (0, me):
+            return f"{path} is owned by another user"
+        if status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX:
+            return f"{path} is writable by others and not sticky"
+        if path == os.path.dirname(path):
+            return None
+        path = os.path.dirname(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 class LocalHost(Host):
     """This machine: tmux through libtmux, no SSH."""
 
@@ -98,17 +122,28 @@ class LocalHost(Host):
         return done.returncode, done.stdout + done.stderr
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
-        # O_EXCL creates the temporary file or fails: never through a symlink someone planted
-        # at its name; the rename replaces a symlink at `path` rather than following it.
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = f"{path}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        mode = 0o600 if owner_only else 0o666  # less the umask
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(descriptor, "w") as f:
-            f.write(content)
-        os.replace(temporary, path)
+        # Into the folder's real path, checked (`unsafe_folder`): no one else can then rename
+        # or replace what is written there. A new temporary file of unguessable name, renamed
+        # into place: a symlink at `path` is replaced, never followed.
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            folder = os.path.realpath(os.path.dirname(path))
+            unsafe = unsafe_folder(folder)
+            if unsafe:
+                raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
+            descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".write.")
+            try:
+                with os.fdopen(descriptor, "w") as f:
+                    if not owner_only:
+                        os.fchmod(f.fileno(), 0o666 & ~_umask())
+                    f.write(content)
+                os.replace(temporary, os.path.join(folder, os.path.basename(path)))
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temporary)
+                raise
+        except OSError as error:
+            raise HostError(f"{self.name}: writing {path} failed: {error}") from None
 
     def write_secret(self, path: str, secret: str) -> None:
         self._write_run_file(
@@ -208,12 +243,20 @@ class SshHost(Host):
         # and the write, by anyone who can write to the folder), an owner-only one under
         # umask 077, then moved into place: a rename replaces a symlink at the target, never
         # follows it.
-        folder, target = shlex.quote(os.path.dirname(path)), shlex.quote(path)
-        private = shlex.quote(os.path.join(os.path.dirname(path), ".write.XXXXXXXX"))
+        # It goes into the folder's real path, once every folder on it is found owned by root
+        # or this user and not writable by others (or sticky): no one else can rename the
+        # private folder away and put one of theirs at its name. `mv -T` fails on a folder
+        # at the target rather than moving the file into it.
+        name = shlex.quote(os.path.basename(path))
         command = (
-            f"{'umask 077 && ' if owner_only else ''}mkdir -p {folder} && "
-            f"private=$(mktemp -d {private}) && "
-            f'{{ cat > "$private/file" && mv -f "$private/file" {target}; written=$?; '
+            f"{'umask 077 && ' if owner_only else ''}mkdir -p {shlex.quote(os.path.dirname(path))}"
+            f" && cd {shlex.quote(os.path.dirname(path))} && folder=$(pwd -P) && me=$(id -u) && "
+            'd=$folder && while :; do [ -n "$(find "$d" -maxdepth 0 \\( -uid 0 -o -uid "$me" \\) '
+            '\\( ! -perm -0002 -o -perm -1000 \\) -print)" ] || { echo "refusing to write '
+            'there: $d is owned by another user, or writable by others and not sticky" >&2; '
+            'exit 3; }; [ "$d" = / ] && break; d=$(dirname "$d"); done && '
+            'private=$(mktemp -d "$folder/.write.XXXXXXXX") && '
+            f'{{ cat > "$private/file" && mv -fT "$private/file" "$folder"/{name}; written=$?; '
             f'rm -rf "$private"; exit "$written"; }}'
         )
         code, _, stderr = self._run(command, content)

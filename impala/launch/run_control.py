@@ -85,7 +85,9 @@ def _write_files(
     for path, name in plan.key_files:
         host.write_file(path, key_contents[name], owner_only=True)
     for path, content in plan.files:
-        host.write_file(path, content)
+        # Owner-only: mpirun's ssh reads its config (`-F`) whatever its mode, so a config
+        # others could write would let them add commands to it.
+        host.write_file(path, content, owner_only=True)
 
 
 def _start_windows(host: Host, plan: HostPlan) -> None:

@@ -1,14 +1,12 @@
 """The CSV frontend over real SSH: an sshd of the test's own on 127.0.0.2 and 127.0.0.3, two
 "hosts" each with a learner and an actor, Horovod across them, then status and stop."""
 
-import contextlib
 import getpass
 import json
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import uuid
 
@@ -267,12 +265,14 @@ def test_learners_on_two_hosts_run_in_a_workdir_and_python_with_shell_characters
 
 
 @pytest.mark.parametrize(("name", "owner_only"), [("secret", True), ("ssh_config", False)])
-def test_a_file_written_over_ssh_never_lands_where_a_planted_symlink_points(
+def test_a_file_written_over_ssh_never_lands_where_others_could_reach_it(
     sshd, tmp_path, name, owner_only
 ):
-    # Another user who can write to the run folder keeps planting symlinks to a file of
-    # theirs at every name a writer could be expected to use, the file's own included,
-    # racing the frontend's writes of the run secret, or of mpirun's ssh config (a plain file).
+    # Another user who could write to the run folder would plant a symlink to a file of theirs
+    # at the file's name, or rename the writer's private folder away and put theirs in its
+    # place: a symlink is replaced, never followed, and a folder others can write to (unless
+    # sticky, as /tmp) is refused before anything is written. (The test runs as one user: the
+    # refusal, not the race, is what it can show.)
     directory, port = sshd
     worker = workers_csv.Worker(
         job="actor",
@@ -292,30 +292,27 @@ def test_a_file_written_over_ssh_never_lands_where_a_planted_symlink_points(
     folder.mkdir()
     victim.write_text("")
     target = folder / name
-    stop = threading.Event()
-
-    def plant():
-        while not stop.is_set():
-            for planted in (name, f"{name}.tmp", f"{name}.new", f"{name}~", f".{name}"):
-                with contextlib.suppress(FileExistsError):
-                    os.symlink(victim, folder / planted)
-
-    planter = threading.Thread(target=plant, daemon=True)
-    planter.start()
+    target.symlink_to(victim)
     try:
-        for attempt in range(30):
-            host.write_file(str(target), f"{name} {attempt}\n", owner_only=owner_only)
-            # The planter may put its symlink back at the name before the next write.
-    finally:
-        stop.set()
-        planter.join()
-    try:
-        target.unlink()  # the last write's file, or the planter's symlink after it
-        host.write_file(str(target), f"{name} last\n", owner_only=owner_only)
+        host.write_file(str(target), f"{name} 1\n", owner_only=owner_only)
+        assert victim.read_text() == ""
+        assert not target.is_symlink() and target.read_text() == f"{name} 1\n"
+        if owner_only:
+            assert target.stat().st_mode & 0o777 == 0o600
+        assert sorted(p.name for p in folder.iterdir()) == [name]
+
+        folder.chmod(0o777)
+        with pytest.raises(hosts.HostError, match="writable by others and not sticky"):
+            host.write_file(str(target), f"{name} 2\n", owner_only=owner_only)
+        assert target.read_text() == f"{name} 1\n"
+        folder.chmod(0o1777)
+        host.write_file(str(target), f"{name} 3\n", owner_only=owner_only)
+        assert target.read_text() == f"{name} 3\n"
+        assert sorted(p.name for p in folder.iterdir()) == [name]
+
+        (folder / "planted").mkdir()
+        with pytest.raises(hosts.HostError, match="cannot overwrite directory"):
+            host.write_file(str(folder / "planted"), "x", owner_only=owner_only)
+        assert list((folder / "planted").iterdir()) == []
     finally:
         host.close()
-    assert victim.read_text() == ""
-    assert not target.is_symlink() and target.read_text() == f"{name} last\n"
-    if owner_only:
-        assert target.stat().st_mode & 0o777 == 0o600
-    assert sorted(p.name for p in folder.iterdir() if not p.is_symlink()) == [name]

@@ -2,6 +2,7 @@
 
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -85,8 +86,8 @@ def test_a_start_that_plans_the_bundle_without_one_to_copy_is_refused(tmp_path, 
 def test_this_machine_replaces_a_planted_symlink_rather_than_writing_through_it(
     tmp_path, owner_only
 ):
-    """Another user who can write to the run folder planted symlinks to a file of theirs at
-    the file's name and at its temporary name (the frontend's `ssh_config` is a plain file)."""
+    """Another user planted a symlink to a file of theirs at the file's name; a folder at it
+    is a one-line error, not a file moved into the folder."""
     host = hosts.LocalHost("localhost")
     folder, victim = tmp_path / "run", tmp_path / "theirs"
     folder.mkdir()
@@ -96,12 +97,34 @@ def test_this_machine_replaces_a_planted_symlink_rather_than_writing_through_it(
     host.write_file(str(target), "Host a\n", owner_only=owner_only)
     assert victim.read_text() == "theirs\n"
     assert not target.is_symlink() and target.read_text() == "Host a\n"
-    (folder / "ssh_config.tmp").symlink_to(victim)
-    host.write_file(str(target), "Host b\n", owner_only=owner_only)
-    assert victim.read_text() == "theirs\n" and target.read_text() == "Host b\n"
     assert sorted(p.name for p in folder.iterdir()) == ["ssh_config"]
     mode = stat.S_IMODE(target.stat().st_mode)
     assert mode == 0o600 if owner_only else mode == 0o666 & ~_umask()
+    (folder / "planted").mkdir()
+    with pytest.raises(hosts.HostError, match=r"^localhost: writing .*/run/planted failed: "):
+        host.write_file(str(folder / "planted"), "x", owner_only=owner_only)
+    assert list((folder / "planted").iterdir()) == []
+
+
+def test_this_machine_refuses_to_write_where_others_could_swap_the_file():
+    """A folder others can write to, unless sticky, lets them rename what is written there
+    and put their own in its place: refused, and so is a folder another user owns."""
+    host = hosts.LocalHost("localhost")
+    with tempfile.TemporaryDirectory() as scratch:
+        shared = os.path.join(scratch, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        with pytest.raises(hosts.HostError, match=r"shared is writable by others and not sticky"):
+            host.write_file(os.path.join(shared, "run", "secret"), "x", owner_only=True)
+        os.chmod(shared, 0o1777)  # as /tmp: others cannot rename what is ours
+        host.write_file(os.path.join(shared, "run", "secret"), "x", owner_only=True)
+        assert os.listdir(os.path.join(shared, "run")) == ["secret"]
+        if os.getuid() == 0:  # only root can give a folder to another user
+            theirs = os.path.join(shared, "theirs")
+            os.mkdir(theirs, 0o755)
+            os.chown(theirs, 65534, 65534)
+            with pytest.raises(hosts.HostError, match=r"theirs is owned by another user$"):
+                host.write_file(os.path.join(theirs, "run", "ssh_config"), "x")
 
 
 def _umask() -> int:
