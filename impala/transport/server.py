@@ -117,6 +117,7 @@ class LearnerService:
         self._lock = threading.Lock()
         # Notified after each chunk is queued: the learner sleeps on it until its batch is in
         # (`wait_for_trajectories`) rather than asking the store its size again and again.
+        # Only `_enqueue` adds to the store; anything else that did would have to notify it.
         self._arrivals = threading.Condition()
         self._received = 0
         self._synchronous = synchronous
