@@ -85,19 +85,26 @@ class Host:
 
 
 def unsafe_folder(folder: str) -> str | None:
-    """Why another user could change what is in `folder` (a real path, without symlinks), or
-    None: a folder on its path owned by someone other than root or this user, or writable by
-    others without the sticky bit. Group-writable folders are the group's trust, left alone."""
-    me, path = os.getuid(), folder
-    while True:
-        status = os.lstat(path)
-        if status.st_uid not in (0, me):
-            return f"{path} is owned by another user"
-        if status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX:
-            return f"{path} is writable by others and not sticky"
-        if path == os.path.dirname(path):
-            return None
-        path = os.path.dirname(path)
+    """Why another user could change what is written in `folder` (absolute), or None: on the
+    path as given or on its real path, a folder owned by someone other than root or this user,
+    or writable by others without the sticky bit, or a symlink another user owns (which they
+    could point elsewhere). Group-writable folders are the group's trust, left alone; ACLs
+    are not read."""
+    if not os.path.isabs(folder) or ".." in folder.split("/"):
+        return f"{folder} is not an absolute path without '..'"
+    for path in (os.path.normpath(folder), os.path.realpath(folder)):
+        while True:
+            status = os.lstat(path)
+            if status.st_uid not in (0, os.getuid()):
+                kind = "symlink" if stat.S_ISLNK(status.st_mode) else "folder"
+                return f"{path}: a {kind} owned by another user"
+            writable = status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX
+            if writable and not stat.S_ISLNK(status.st_mode):
+                return f"{path} is writable by others and not sticky"
+            if path == os.path.dirname(path):
+                break
+            path = os.path.dirname(path)
+    return None
 
 
 def _umask() -> int:
@@ -127,10 +134,10 @@ class LocalHost(Host):
         # into place: a symlink at `path` is replaced, never followed.
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            folder = os.path.realpath(os.path.dirname(path))
-            unsafe = unsafe_folder(folder)
+            unsafe = unsafe_folder(os.path.dirname(path))
             if unsafe:
                 raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
+            folder = os.path.realpath(os.path.dirname(path))
             descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".write.")
             try:
                 with os.fdopen(descriptor, "w") as f:
@@ -243,18 +250,28 @@ class SshHost(Host):
         # and the write, by anyone who can write to the folder), an owner-only one under
         # umask 077, then moved into place: a rename replaces a symlink at the target, never
         # follows it.
-        # It goes into the folder's real path, once every folder on it is found owned by root
-        # or this user and not writable by others (or sticky): no one else can rename the
-        # private folder away and put one of theirs at its name. `mv -T` fails on a folder
-        # at the target rather than moving the file into it.
-        name = shlex.quote(os.path.basename(path))
+        # It goes into the folder's real path, once every folder on that path and on the path
+        # as given is found owned by root or this user and not writable by others (or sticky),
+        # and every symlink on the path as given owned by them: no one else can then rename the
+        # private folder away and put one of theirs at its name, or point the path elsewhere.
+        # `mv -T` fails on a folder at the target rather than moving the file into it.
+        given = os.path.dirname(path)
+        if not os.path.isabs(given) or ".." in given.split("/"):
+            raise HostError(f"{self.name}: writing {path}: not an absolute path without '..'")
+        given, name = shlex.quote(os.path.normpath(given)), shlex.quote(os.path.basename(path))
         command = (
-            f"{'umask 077 && ' if owner_only else ''}mkdir -p {shlex.quote(os.path.dirname(path))}"
-            f" && cd {shlex.quote(os.path.dirname(path))} && folder=$(pwd -P) && me=$(id -u) && "
-            'd=$folder && while :; do [ -n "$(find "$d" -maxdepth 0 \\( -uid 0 -o -uid "$me" \\) '
-            '\\( ! -perm -0002 -o -perm -1000 \\) -print)" ] || { echo "refusing to write '
-            'there: $d is owned by another user, or writable by others and not sticky" >&2; '
-            'exit 3; }; [ "$d" = / ] && break; d=$(dirname "$d"); done && '
+            f"{'umask 077 && ' if owner_only else ''}me=$(id -u) && "
+            'ours() { [ -n "$(find "$1" -maxdepth 0 \\( -user "$me" -o -user 0 \\) -print)" ]; }'
+            " && "
+            "safe() { p=$1; while :; do "
+            'if ! ours "$p"; then printf \'%s\\n\' "refusing to write there: $p is another '
+            "user's\" >&2; exit 3; fi; "
+            'if [ ! -L "$p" ] && [ -z "$(find "$p" -maxdepth 0 \\( ! -perm -0002 -o -perm -1000 '
+            "\\) -print)\" ]; then printf '%s\\n' \"refusing to write there: $p is writable by "
+            'others and not sticky" >&2; exit 3; fi; '
+            '[ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
+            f"mkdir -p -- {given} && CDPATH= cd -P -- {given} && folder=$PWD && "
+            f'safe {given} && safe "$folder" && '
             'private=$(mktemp -d "$folder/.write.XXXXXXXX") && '
             f'{{ cat > "$private/file" && mv -fT "$private/file" "$folder"/{name}; written=$?; '
             f'rm -rf "$private"; exit "$written"; }}'

@@ -314,5 +314,16 @@ def test_a_file_written_over_ssh_never_lands_where_others_could_reach_it(
         with pytest.raises(hosts.HostError, match="cannot overwrite directory"):
             host.write_file(str(folder / "planted"), "x", owner_only=owner_only)
         assert list((folder / "planted").iterdir()) == []
+
+        # A symlink on the path as given, in a folder others can write to: they could point it
+        # at a folder of this user's (~/.ssh) whose real path passes.
+        mine, shared = tmp_path / "mine", tmp_path / "shared"
+        mine.mkdir()
+        shared.mkdir()
+        shared.chmod(0o777)
+        (shared / "run").symlink_to(mine)
+        with pytest.raises(hosts.HostError, match="shared is writable by others and not sticky"):
+            host.write_file(str(shared / "run" / name), "x", owner_only=owner_only)
+        assert list(mine.iterdir()) == []
     finally:
         host.close()

@@ -123,8 +123,20 @@ def test_this_machine_refuses_to_write_where_others_could_swap_the_file():
             theirs = os.path.join(shared, "theirs")
             os.mkdir(theirs, 0o755)
             os.chown(theirs, 65534, 65534)
-            with pytest.raises(hosts.HostError, match=r"theirs is owned by another user$"):
+            with pytest.raises(hosts.HostError, match=r"theirs: a folder owned by another user$"):
                 host.write_file(os.path.join(theirs, "run", "ssh_config"), "x")
+        # A symlink on the path as given, in a folder others can write to: they could point it
+        # at a folder of this user's (~/.ssh) whose real path passes.
+        mine, open_folder = os.path.join(scratch, "mine"), os.path.join(scratch, "open")
+        os.mkdir(mine)
+        os.mkdir(open_folder)
+        os.chmod(open_folder, 0o777)
+        os.symlink(mine, os.path.join(open_folder, "run"))
+        with pytest.raises(hosts.HostError, match=r"open is writable by others and not sticky$"):
+            host.write_file(os.path.join(open_folder, "run", "authorized_keys"), "x")
+        assert os.listdir(mine) == []
+        with pytest.raises(hosts.HostError, match=r"not an absolute path without '\.\.'$"):
+            host.write_file(os.path.join(mine, "..", "mine", "x"), "x")
 
 
 def _umask() -> int:
