@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import libtmux
 import paramiko
 
-from impala import run_secret, run_tls
+from impala import run_folder, run_secret, run_tls
 from impala.launch.run_plan import HostPlan
 from impala.printable import printable
 
@@ -84,13 +84,18 @@ class Host:
         return output
 
 
+def _not_plain_absolute(folder: str) -> bool:
+    """Whether `folder` is relative or has a '..' (which would walk the path as given wrong)."""
+    return not os.path.isabs(folder) or ".." in folder.split("/")
+
+
 def unsafe_folder(folder: str) -> str | None:
     """Why another user could change what is written in `folder` (absolute), or None: on the
     path as given or on its real path, a folder owned by someone other than root or this user,
     or writable by others without the sticky bit, or a symlink another user owns (which they
     could point elsewhere). Group-writable folders are the group's trust, left alone; ACLs
     are not read."""
-    if not os.path.isabs(folder) or ".." in folder.split("/"):
+    if _not_plain_absolute(folder):
         return f"{folder} is not an absolute path without '..'"
     for path in (os.path.normpath(folder), os.path.realpath(folder)):
         while True:
@@ -105,12 +110,6 @@ def unsafe_folder(folder: str) -> str | None:
                 break
             path = os.path.dirname(path)
     return None
-
-
-def _umask() -> int:
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
 
 
 class LocalHost(Host):
@@ -142,7 +141,7 @@ class LocalHost(Host):
             try:
                 with os.fdopen(descriptor, "w") as f:
                     if not owner_only:
-                        os.fchmod(f.fileno(), 0o666 & ~_umask())
+                        os.fchmod(f.fileno(), 0o666 & ~run_folder.current_umask())
                     f.write(content)
                 os.replace(temporary, os.path.join(folder, os.path.basename(path)))
             except BaseException:
@@ -244,19 +243,17 @@ class SshHost(Host):
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Through the shell rather than SFTP, which not every SSH server offers. The content
-        # goes through stdin: never on a command line, where `ps` would show it. The file is
-        # written into a new folder of unguessable name that only its owner can change (a
-        # fixed temporary name could be made a symlink to another file between its removal
-        # and the write, by anyone who can write to the folder), an owner-only one under
-        # umask 077, then moved into place: a rename replaces a symlink at the target, never
-        # follows it.
-        # It goes into the folder's real path, once every folder on that path and on the path
-        # as given is found owned by root or this user and not writable by others (or sticky),
-        # and every symlink on the path as given owned by them: no one else can then rename the
-        # private folder away and put one of theirs at its name, or point the path elsewhere.
-        # `mv -T` fails on a folder at the target rather than moving the file into it.
+        # goes through stdin: never on a command line, where `ps` would show it. First every
+        # folder on the path as given and on its real path must be root's or this user's and
+        # not writable by others (or sticky), and every symlink on the path as given theirs
+        # (as `unsafe_folder` checks here): no one else can then rename what is written away
+        # or point the path elsewhere. The file is written, an owner-only one under umask
+        # 077, into a new folder of unguessable name in the real path (a fixed temporary name
+        # could be made a symlink between its removal and the write), then moved into place:
+        # a rename replaces a symlink at the target, never follows it, and `mv -T` fails on a
+        # folder there rather than moving the file into it.
         given = os.path.dirname(path)
-        if not os.path.isabs(given) or ".." in given.split("/"):
+        if _not_plain_absolute(given):
             raise HostError(f"{self.name}: writing {path}: not an absolute path without '..'")
         given, name = shlex.quote(os.path.normpath(given)), shlex.quote(os.path.basename(path))
         command = (

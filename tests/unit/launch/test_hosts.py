@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from impala import run_secret, run_tls
+from impala import run_folder, run_secret, run_tls
 from impala.launch import hosts, run_control, run_plan, workers_csv
 
 CSV = """job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python
@@ -99,7 +99,7 @@ def test_this_machine_replaces_a_planted_symlink_rather_than_writing_through_it(
     assert not target.is_symlink() and target.read_text() == "Host a\n"
     assert sorted(p.name for p in folder.iterdir()) == ["ssh_config"]
     mode = stat.S_IMODE(target.stat().st_mode)
-    assert mode == 0o600 if owner_only else mode == 0o666 & ~_umask()
+    assert mode == 0o600 if owner_only else mode == 0o666 & ~run_folder.current_umask()
     (folder / "planted").mkdir()
     with pytest.raises(hosts.HostError, match=r"^localhost: writing .*/run/planted failed: "):
         host.write_file(str(folder / "planted"), "x", owner_only=owner_only)
@@ -137,12 +137,6 @@ def test_this_machine_refuses_to_write_where_others_could_swap_the_file():
         assert os.listdir(mine) == []
         with pytest.raises(hosts.HostError, match=r"not an absolute path without '\.\.'$"):
             host.write_file(os.path.join(mine, "..", "mine", "x"), "x")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_path):
