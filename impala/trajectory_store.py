@@ -64,7 +64,8 @@ class TrajectoryStore(abc.ABC):
 
     @abc.abstractmethod
     def size(self) -> tf.Tensor:
-        """Scalar int32 tensor: the trajectories stored now."""
+        """Scalar int32 tensor: the trajectories stored now. Only `admit` may make it grow:
+        the learner sleeps until the service that admits a chunk wakes it."""
 
     @property
     @abc.abstractmethod

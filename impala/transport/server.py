@@ -117,7 +117,8 @@ class LearnerService:
         self._lock = threading.Lock()
         # Notified after each chunk is queued: the learner sleeps on it until its batch is in
         # (`wait_for_trajectories`) rather than asking the store its size again and again.
-        # Only `_enqueue` adds to the store; anything else that did would have to notify it.
+        # Only `_enqueue` adds to the store (`TrajectoryStore.size` says so); anything else that
+        # did would have to notify it. `close` and `stop` notify it too.
         self._arrivals = threading.Condition()
         self._received = 0
         self._synchronous = synchronous
@@ -211,13 +212,13 @@ class LearnerService:
             self._state.notify_all()
 
     def wait_for_trajectories(self, count: int, timeout_secs: float) -> bool:
-        """Sleeps until at least `count` trajectories are queued (woken as each chunk is) or
-        `timeout_secs` have passed; whether they are queued."""
+        """Sleeps until at least `count` trajectories are queued (woken as each chunk is),
+        `timeout_secs` have passed or the service is closed; whether they are queued."""
         deadline = time.monotonic() + timeout_secs
         with self._arrivals:
             while self.queue_size < count:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._finished:
                     return False
                 self._arrivals.wait(left)
         return True
@@ -239,15 +240,23 @@ class LearnerService:
         """
         self._finished = True
         self._queue.store.close()
+        self._wake_waiters()
         time.sleep(linger_secs)
 
     def stop(self) -> None:
         """Stops serving: calls under way end, and the port is free again."""
         self._finished = True
-        with self._state:
-            self._state.notify_all()  # `PolicyState` calls waiting end now
+        self._wake_waiters()
         self._server.stop(grace=None).wait()
         self._authenticator.sum_up()
+
+    def _wake_waiters(self) -> None:
+        """Ends the waits for trajectories and the `PolicyState` calls under way (after
+        `_finished` is set)."""
+        with self._arrivals:
+            self._arrivals.notify_all()
+        with self._state:
+            self._state.notify_all()
 
     # ---- Methods: run on the server's threads, after the secret was checked --------------------
 

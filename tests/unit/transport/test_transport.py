@@ -265,6 +265,21 @@ def test_the_learner_sleeps_until_its_batch_is_in_and_wakes_as_it_arrives(make_s
     assert service.queue_size == 4
 
 
+def test_a_wait_for_trajectories_ends_when_the_service_closes(make_service):
+    """A learner told to stop while it waits for its batch is not held for its timeout."""
+    spec = _lstm_spec(unroll_length=3, observation_shape=(5,), observation_dtype="float32")
+    service, _ = make_service(spec)
+    closer = threading.Timer(0.3, service.close)
+    closer.start()
+    started = time.monotonic()
+    try:
+        assert not service.wait_for_trajectories(4, timeout_secs=30)
+    finally:
+        closer.join()
+    assert not service.wait_for_trajectories(1, timeout_secs=30)  # once closed, at once
+    assert time.monotonic() - started < 15
+
+
 def test_float_vector_observations_round_trip_bit_exact(make_service):
     spec = _lstm_spec(unroll_length=7, observation_shape=(5,), observation_dtype="float32")
     service, address = make_service(spec)
