@@ -25,8 +25,11 @@ default) the folder and what the run's processes write in it are owner-only (`ke
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
+import stat
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +37,11 @@ FLAGS_FILE = "flags.json"
 BRANCH_FILE = "branch.json"
 CHECKPOINTS = "checkpoints"  # the folder of rank 0's checkpoints
 POLICY_PREFIX = "policy_"  # policy k of a run of several lives in <run>/policy_<k>/
+# The most a JSON file of the run folder (flags, a branch, PBT's state) may hold: far more than
+# this project writes, and little enough to read at once.
+MAX_JSON_BYTES = 1 << 20
+# How the name of a file being written ends (`.<name>.<random>.tmp`) until it is renamed.
+TEMPORARY_SUFFIX = ".tmp"
 
 # Flags that say where and as what a process runs, not how it trains: they may differ between
 # the processes of one run and between its starts, and launchers set them for each process.
@@ -80,7 +88,12 @@ def policies_in(run_dir: str) -> list[int]:
     found = []
     for name in names:
         number = name.removeprefix(POLICY_PREFIX)
-        if name.startswith(POLICY_PREFIX) and number.isdigit() and str(int(number)) == number:
+        if (
+            name.startswith(POLICY_PREFIX)
+            and number.isascii()
+            and number.isdigit()
+            and str(int(number)) == number
+        ):
             found.append(int(number))
     return sorted(found)
 
@@ -100,6 +113,52 @@ def check_name(experiment: str) -> None:
         )
 
 
+def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in the file at `path`, a file of the run folder that anyone who can write
+    there may have put there: it is read only if it is a regular file (a link is not followed, a
+    FIFO or device not opened for long) of at most `max_bytes`.
+
+    Raises:
+      FileNotFoundError: there is no file at `path` (or a component of it is no folder).
+      ValueError: one line naming `path` and what is wrong.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except NotADirectoryError:
+        raise FileNotFoundError(path) from None
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"{path}: is a link; this file is never read through one") from None
+        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        data = b""
+        while len(data) <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except OSError as error:
+        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path}: more than {max_bytes:,} bytes, not a file this project wrote")
+    try:
+        return json.loads(data.decode())
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not valid JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    except (ValueError, RecursionError):  # an integer of over 4,300 digits; nesting too deep
+        raise ValueError(
+            f"{path}: not valid JSON (nested too deeply, or a too long number)"
+        ) from None
+
+
 def read_flags(run_dir: str) -> dict[str, Any] | None:
     """The flags saved in `run_dir`, or None if it has none.
 
@@ -108,16 +167,9 @@ def read_flags(run_dir: str) -> dict[str, Any] | None:
     """
     path = os.path.join(run_dir, FLAGS_FILE)
     try:
-        with open(path) as f:
-            saved = json.load(f)
+        saved = read_json(path)
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not valid JSON (not UTF-8 text)") from None
-    except OSError as error:
-        raise ValueError(f"{path}: cannot be read ({error.strerror or error})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: expected a JSON object of flag values")
     return saved
@@ -132,12 +184,9 @@ def read_branch(run_dir: str) -> dict[str, Any] | None:
     """
     path = os.path.join(run_dir, BRANCH_FILE)
     try:
-        with open(path) as f:
-            record = json.load(f)
-    except (FileNotFoundError, NotADirectoryError):
+        record = read_json(path)
+    except FileNotFoundError:
         return None
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: cannot be read ({error})") from None
     if not (
         isinstance(record, dict)
         and isinstance(record.get("checkpoint"), str)
@@ -155,7 +204,15 @@ def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
 
 
 def current_umask() -> int:
-    """The process's umask (reading it means setting it, so it is set back at once)."""
+    """The process's umask: from /proc (Linux), else by setting it and setting it back, which
+    for an instant gives the other threads' new files no mask."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -195,17 +252,39 @@ def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
     write_text(path, json.dumps(value, indent=2, sort_keys=sort_keys) + "\n")
 
 
-def write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str, durable: bool = False) -> None:
     """Writes `text` to `path`, replacing what was there only once complete; a write that fails
-    (a full disk) leaves what was there and no partial file beside it."""
-    temporary = path + ".tmp"
+    (a full disk) leaves what was there and no partial file beside it.
+
+    The text goes to a new file of a name no one could know beforehand, in the same folder, then
+    renamed over `path`: a link planted at either name is replaced, never written through. The
+    file gets the umask's permissions (as `open` would give it). `durable`: flushed to disk
+    before the rename, and the folder after it (a power cut leaves the old file or the new).
+    """
+    folder, name = os.path.split(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMPORARY_SUFFIX, dir=folder or ".")
     try:
-        with open(temporary, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             f.write(text)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(temporary, path)
+        if durable:
+            fsync_path(folder or ".")
     finally:
-        if os.path.exists(temporary):
+        if os.path.lexists(temporary):
             os.unlink(temporary)
+
+
+def fsync_path(path: str) -> None:
+    """Flushes the file or folder `path` to disk (a folder: the names renamed into it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def changed_flags(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

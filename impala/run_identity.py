@@ -122,7 +122,11 @@ _LABELS = {
 
 
 def decode(encoded: str | bytes) -> dict[str, Any]:
-    return json.loads(encoded.decode() if isinstance(encoded, bytes) else str(encoded))
+    """The identity saved as JSON (ValueError if it is not JSON, nested too deeply included)."""
+    try:
+        return json.loads(encoded.decode() if isinstance(encoded, bytes) else str(encoded))
+    except RecursionError:
+        raise ValueError("its identity is JSON nested too deeply") from None
 
 
 def mismatch(

@@ -50,14 +50,18 @@ def parse_initial(text: str) -> dict[int, dict[str, float]]:
         return {}
     flag = "--pbt_initial_hyperparameters"
     try:
-        by_policy = json.loads(text)
-    except ValueError as error:
+        by_policy = json.loads(text, object_pairs_hook=_without_repeats)
+    except _RepeatedKeyError as repeated:
+        raise ValueError(f"{flag}: {repeated} is given twice") from None
+    except json.JSONDecodeError as error:
         raise ValueError(f"{flag}: not JSON ({error})") from None
+    except (ValueError, RecursionError):  # an integer of over 4,300 digits; nesting too deep
+        raise ValueError(f"{flag}: JSON nested too deeply, or with a too long number") from None
     if not isinstance(by_policy, dict):
         raise ValueError(f"{flag}: must be a JSON object by policy, such as '{{\"1\": {{...}}}}'")
     parsed = {}
     for key, values in by_policy.items():
-        if not (key.isdigit() and str(int(key)) == key):
+        if not (key.isascii() and key.isdigit() and str(int(key)) == key):
             raise ValueError(f"{flag}: {key!r} is not a policy index")
         if not isinstance(values, dict) or not values:
             raise ValueError(f"{flag}: policy {key}: must be a JSON object of hyperparameters")
@@ -75,6 +79,34 @@ def parse_initial(text: str) -> dict[int, dict[str, float]]:
     return parsed
 
 
+class _RepeatedKeyError(ValueError):
+    pass
+
+
+def _without_repeats(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict; `_RepeatedKeyError` for a key given twice (which json would
+    quietly take the last of)."""
+    parsed = {}
+    for key, value in pairs:
+        if key in parsed:
+            raise _RepeatedKeyError(repr(key))
+        parsed[key] = value
+    return parsed
+
+
+def check_tuned(given: dict[str, float]) -> None:
+    """Raises a one-line error for a hyperparameter PBT tunes whose flag value (`given`: name ->
+    value) is outside the range PBT keeps it in: no policy could be ranked against it, nor
+    resumed with it."""
+    for name, value in given.items():
+        low, high = TUNED[name]
+        if not low <= value <= high:  # NaN too
+            raise ValueError(
+                f"--{name}={value}: --with_pbt tunes it within [{low}, {high}]; give a value "
+                "in that range"
+            )
+
+
 def _fraction(name, value) -> None:
     if not 0 < value <= 0.5:  # NaN too
         raise ValueError(f"--{name}={value}: must be in (0, 0.5]")
@@ -89,7 +121,7 @@ class PbtConfig:
         "Population-based training of the run's --num_policies policies (Sample Factory's "
         "name): each period, a policy among the worst copies the weights and optimiser state of "
         "one among the best when the gap is real, and perturbs its learning rate and entropy "
-        "cost.",
+        "cost, kept within [1e-6, 1e-2] and [1e-5, 0.1] (the flags' values must be too).",
     )
     period_frames: int = setting(
         1_000_000,

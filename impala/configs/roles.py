@@ -26,7 +26,7 @@ from impala.configs.declare import (
 )
 from impala.configs.game import GameConfig
 from impala.configs.learner import BATCH_REUSE_FRESH, BATCH_REUSE_REPLAYING, LearnerConfig
-from impala.configs.pbt import PbtConfig
+from impala.configs.pbt import TUNED, PbtConfig, check_tuned
 
 # The network a run trains unless told otherwise (`--agent_name`): the Nature DQN's, PPO's Atari
 # network; `--preset=paper` takes the paper's shallow one.
@@ -329,6 +329,9 @@ class LearnerJobConfig(_Connected):
         check_settings(self)
         self.check_policy()
         self.pbt.check_population(self.num_policies)
+        if self.pbt.with_pbt:
+            learner = self.learner
+            check_tuned({name: getattr(learner, name) for name in TUNED})
         if self.pbt.with_pbt and len(self.policy_hosts) != self.num_policies:
             raise ValueError(
                 f"--policy_hosts: names {len(self.policy_hosts)} learners; --with_pbt needs "

@@ -20,6 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from impala import run_identity
+from impala.run_folder import fsync_path, write_text
 
 STATE_FILE = "checkpoint"  # TensorFlow's name: tf.train.latest_checkpoint reads it too
 VERSIONS_FILE = "published_version"  # the highest weight version that may have been published
@@ -34,11 +35,13 @@ _NUMBERED = re.compile(rf"^{PREFIX}-(\d+)\.index$")
 # Any file or folder of a checkpoint, complete or not: its name holds the version it saved.
 OF_VERSION = re.compile(rf"^{PREFIX}-(\d+)[._]")
 # What a save killed before it ended leaves: TensorFlow's folder of the checkpoint's shards, its
-# temporary files, and the temporaries of this module's own files.
+# temporary files, and the temporaries of this folder's own files (`run_folder.write_text`'s
+# `.<name>.<random>.tmp`; `<name>.<pid>.tmp` before 2026-12-07), PBT's state file's too.
 _INTERRUPTED_FOLDER = re.compile(rf"^{PREFIX}-\d+_temp$")
+_OWN_FILES = rf"({STATE_FILE}|{VERSIONS_FILE}|pbt_state\.json)"
 _INTERRUPTED_FILE = re.compile(
     rf"^({PREFIX}-\d+\.(index|data-\d+-of-\d+)\.tempstate\d+"
-    rf"|({STATE_FILE}|{VERSIONS_FILE})\.\d+\.tmp)$"
+    rf"|{_OWN_FILES}\.\d+\.tmp|\.{_OWN_FILES}\.[a-z0-9_]+\.tmp)$"
 )
 # A line of the state file: the checkpoints' names (TensorFlow writes timestamps too).
 _STATE_LINE = re.compile(
@@ -170,16 +173,9 @@ def write_state(directory: str, paths: list[str]) -> None:
 
 
 def write_durably(directory: str, name: str, text: str) -> None:
-    """Replaces file `name` in `directory` with `text`: a temporary file, flushed to disk,
-    renamed over it, the folder flushed again."""
-    path = os.path.join(directory, name)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    fsync_path(directory)
+    """Replaces file `name` in `directory` with `text`: a new temporary file, flushed to disk,
+    renamed over it, the folder flushed again (`run_folder.write_text`)."""
+    write_text(os.path.join(directory, name), text, durable=True)
 
 
 def copy_checkpoint(path: str, directory: str) -> str:
@@ -277,15 +273,6 @@ def delete_checkpoint(path: str) -> None:
     for name in os.listdir(folder):
         if name.startswith(prefix + "."):
             os.remove(os.path.join(folder, name))
-
-
-def fsync_path(path: str) -> None:
-    """Flushes the file or folder `path` to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def first_line(error: BaseException) -> str:

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from impala import run_folder
 from impala.configs import LearnerJobConfig
-from impala.learner import allreduce, checkpoints, pbt
+from impala.learner import allreduce, checkpoint_folder, checkpoints, pbt
 from impala.learner.optimise import Trainer, nonnegative_slots
 from impala.transport import wire
 from impala.transport.peers import PolicyPeer
@@ -139,7 +139,10 @@ class Population:
             "generation": self.generation,
         }
         os.makedirs(checkpoint_dir, exist_ok=True)
-        run_folder.write_json(os.path.join(checkpoint_dir, STATE_FILE), entries, sort_keys=True)
+        # On disk before the checkpoint it is for: a resume from that checkpoint needs it.
+        checkpoint_folder.write_durably(
+            checkpoint_dir, STATE_FILE, json.dumps(entries, indent=2, sort_keys=True) + "\n"
+        )
 
     # ---- Every step ---------------------------------------------------------------------------
 
@@ -255,8 +258,7 @@ class Population:
             **note,
         }
         if self._run_dir:
-            with open(os.path.join(self._run_dir, LOG_FILE), "a") as log:
-                log.write(json.dumps(line) + "\n")
+            _append_line(os.path.join(self._run_dir, LOG_FILE), json.dumps(line), self._report)
         donor = f" policy {decision.donor}" if decision.donor is not None else ""
         self._report(
             f"pbt: look at {frames} frames: {decision.action}{donor} ({decision.why}); "
@@ -363,6 +365,19 @@ def _state_bytes(variables: Sequence[tf.Variable]) -> int:
     return sum(math.prod(v.shape) * v.dtype.size for v in variables)
 
 
+def _append_line(path: str, line: str, report: Callable[[str], None]) -> None:
+    """Appends `line` to the log at `path` in one write, never through a link; a log that
+    cannot be written (a full disk) is reported, and training goes on."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError as error:
+        report(f"pbt: cannot write {path} ({error.strerror or error}); this look is not logged")
+
+
 def _describe(hyperparameters) -> str:
     """`learning_rate 0.001, entropy_cost 0.01`: the tuned ones given, in `TUNED`'s order."""
     return ", ".join(
@@ -378,20 +393,20 @@ def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
         `quiet`, which gives {} and leaves it to be rewritten).
     """
     path = os.path.join(checkpoint_dir, STATE_FILE)
+    remedy = "; remove it to resume with the flags' hyperparameters"
     try:
-        with open(path, "rb") as f:
-            entries = json.loads(f.read().decode())
+        entries = run_folder.read_json(path)
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, UnicodeDecodeError) as error:
+    except ValueError as error:
         if quiet:
             return {}
-        raise PbtStateError(f"{path}: cannot be read as JSON ({error})") from None
+        raise PbtStateError(f"{error}{remedy}") from None
     if isinstance(entries, dict) and all(_is_entry(entry) for entry in entries.values()):
         return entries
     if quiet:
         return {}
-    raise PbtStateError(f"{path}: not population-based training's state file")
+    raise PbtStateError(f"{path}: not population-based training's state file{remedy}")
 
 
 def _is_entry(entry: object) -> bool:

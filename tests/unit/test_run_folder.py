@@ -56,7 +56,7 @@ def test_changed_flags_name_training_flags_only():
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("{not json", "branch.json: cannot be read"),
+        ("{not json", "branch.json: not valid JSON"),
         ('{"checkpoint": "a", "given": "a", "frames": "300"}', "expected checkpoint, given and"),
         ('["a", 300]', "expected checkpoint, given and frames"),
     ],
@@ -81,6 +81,81 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_partial_one(tmp_path, m
 
     assert json.loads(path.read_text()) == {"frames": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["learning.json"]
+
+
+def _plant(tmp_path, kind):
+    """What someone who can write in a run folder may put at a file's name."""
+    path = tmp_path / "flags.json"
+    if kind == "link":
+        (tmp_path / "elsewhere.json").write_text("{}")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)  # no writer: a blocking open would wait for one for ever
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "2 MiB":
+        path.write_text(" " * (2 << 20) + "{}")
+    elif kind == "deep":
+        path.write_text("[" * 100_000)
+    elif kind == "long number":
+        path.write_text("1" * 5000)
+    return path
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("link", "is a link; this file is never read through one"),
+        ("link to /dev/zero", "is a link"),
+        ("fifo", "not a regular file"),
+        ("folder", "not a regular file"),
+        ("2 MiB", "more than 1,048,576 bytes"),
+        ("deep", "not valid JSON (nested too deeply, or a too long number)"),
+        ("long number", "not valid JSON (nested too deeply, or a too long number)"),
+    ],
+)
+def test_a_json_file_of_the_run_folder_is_read_only_as_a_small_regular_file(
+    tmp_path, kind, message
+):
+    path = _plant(tmp_path, kind)
+    with pytest.raises(ValueError, match=f"^{path}: ") as error:
+        run_folder.read_flags(str(tmp_path))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_write_replaces_a_link_planted_at_its_name_or_its_old_temporary_name(tmp_path):
+    """A link at the file's name, or at the `<name>.tmp` a write once went through, is never
+    written through: the file is replaced by a new one of the umask's permissions."""
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "learning.json").symlink_to(outside)
+    (run / "learning.json.tmp").symlink_to(outside)
+    run_folder.write_json(str(run / "learning.json"), {"frames": 2})
+    assert outside.read_text() == "precious"
+    assert not (run / "learning.json").is_symlink()
+    assert json.loads((run / "learning.json").read_text()) == {"frames": 2}
+    mode = stat.S_IMODE((run / "learning.json").stat().st_mode)
+    assert mode == 0o666 & ~run_folder.current_umask()
+    assert sorted(p.name for p in run.iterdir()) == ["learning.json", "learning.json.tmp"]
+
+
+def test_the_umask_is_read_without_being_changed():
+    mask = os.umask(0o027)
+    try:
+        assert run_folder.current_umask() == 0o027
+    finally:
+        os.umask(mask)
+
+
+def test_only_folders_named_policy_and_ascii_digits_are_policies(tmp_path):
+    for name in ("policy_0", "policy_2", "policy_\u00b2", "policy_01", "policy_x", "policy_"):
+        (tmp_path / name).mkdir()
+    assert run_folder.policies_in(str(tmp_path)) == [0, 2]
 
 
 def test_a_run_folder_made_before_is_made_owner_only_and_only_it(tmp_path):

@@ -302,6 +302,33 @@ def _check_as_launcher(*argv):
             ["--num_policies=2", "--with_pbt", "--pbt_initial_hyperparameters=[1]"],
             "--pbt_initial_hyperparameters: must be a JSON object by policy",
         ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_initial_hyperparameters=" + "[" * 5000],
+            "--pbt_initial_hyperparameters: JSON nested too deeply, or with a too long number",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", '--pbt_initial_hyperparameters={"\u00b2": {}}'],
+            "--pbt_initial_hyperparameters: '\u00b2' is not a policy index",
+        ),
+        (
+            [
+                "--num_policies=2",
+                "--with_pbt",
+                '--pbt_initial_hyperparameters={"1": {"entropy_cost": 0.02}, '
+                '"1": {"learning_rate": 1e-4}}',
+            ],
+            "--pbt_initial_hyperparameters: '1' is given twice",
+        ),
+        # PBT keeps what it tunes within its ranges, and ranks and resumes a policy only within
+        # them: a flag outside would leave every look sitting out.
+        (
+            ["--num_policies=2", "--with_pbt", "--entropy_cost=0"],
+            "--entropy_cost=0.0: --with_pbt tunes it within [1e-05, 0.1]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--learning_rate=0.02"],
+            "--learning_rate=0.02: --with_pbt tunes it within [1e-06, 0.01]",
+        ),
         # The processes apply the preset (batch 32) before checking, and so does the launcher.
         (
             ["--preset=paper", "--queue_capacity=20"],

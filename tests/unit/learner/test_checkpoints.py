@@ -424,7 +424,11 @@ def test_what_interrupted_saves_left_is_removed_at_the_next_start(tmp_path):
     (interrupted / "part-00000-of-00001.index").write_bytes(b"\0" * 64)
     (interrupted / "a_link").symlink_to(outside / "precious")
     (interrupted / "a_folder_link").symlink_to(outside, target_is_directory=True)
+    new_style = [".checkpoint.ab1_x9zq.tmp", ".pbt_state.json.k3j4h5g6.tmp"]
+    new_style.append(".published_version.q1w2e3r4.tmp")
     for name in ("checkpoint.4242.tmp", "published_version.77.tmp", "ckpt-3.index.tempstate123"):
+        (tmp_path / name).write_text("half")
+    for name in new_style:
         (tmp_path / name).write_text("half")
     # Of other names or kinds: kept.
     (tmp_path / "ckpt-4_temp").symlink_to(outside, target_is_directory=True)
@@ -433,13 +437,14 @@ def test_what_interrupted_saves_left_is_removed_at_the_next_start(tmp_path):
     (tmp_path / "mine_temp").mkdir()
     (tmp_path / "checkpoint.tmp").write_text("not a save's")
     (tmp_path / "notes.txt").write_text("kept")
+    (tmp_path / ".notes.txt.k3j4h5g6.tmp").write_text("not a save's")
 
     agent, loader = _loader(tmp_path)
     reports = []
     assert loader.restore_latest(reports.append) == str(tmp_path / "ckpt-2")
     for restored, original in zip(_values(agent.variables), weights[2], strict=True):
         np.testing.assert_array_equal(restored, original)
-    removed = ["checkpoint.4242.tmp", "ckpt-3.index.tempstate123", "ckpt-3_temp"]
+    removed = [*new_style, "checkpoint.4242.tmp", "ckpt-3.index.tempstate123", "ckpt-3_temp"]
     removed.append("published_version.77.tmp")
     assert reports[: len(removed)] == [
         f"removed {tmp_path / name}, left by an interrupted save" for name in removed
@@ -447,6 +452,7 @@ def test_what_interrupted_saves_left_is_removed_at_the_next_start(tmp_path):
     left = set(os.listdir(tmp_path)) - set(removed)
     assert not set(removed) & set(os.listdir(tmp_path)) and left <= set(os.listdir(tmp_path))
     assert {"ckpt-4_temp", "ckpt-5_temp", "ckpt-x_temp", "mine_temp", "checkpoint.tmp"} <= left
+    assert ".notes.txt.k3j4h5g6.tmp" in left
     assert (outside / "precious").read_text() == "not the learner's"
     assert sorted(os.listdir(outside)) == ["precious"]
     assert _kept(tmp_path) == [1, 2]
@@ -564,6 +570,7 @@ def test_a_checkpoint_is_on_disk_before_it_becomes_latest(tmp_path, monkeypatch)
     checkpoint_files = {str(tmp_path / n) for n in os.listdir(tmp_path) if n.startswith("ckpt-1.")}
     assert checkpoint_files and checkpoint_files <= synced_before
     assert str(tmp_path) in synced_before
-    assert any(path.startswith(state + ".") for path in synced_before)  # the temporary state
+    temporary = str(tmp_path / ".checkpoint.")  # the temporary state file
+    assert any(path.startswith(temporary) for path in synced_before)
     assert ("fsync", str(tmp_path)) in events[rename + 1 :]
     assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")

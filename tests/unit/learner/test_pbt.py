@@ -5,6 +5,7 @@ send them."""
 import contextlib
 import dataclasses
 import json
+import os
 import random
 from concurrent import futures
 
@@ -351,14 +352,52 @@ def test_a_donor_that_answers_at_once_without_its_state_is_said_so_not_a_timeout
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"{", b"\xff\xfe", b"[]", b'{"ckpt-5": {"generation": 1}}', b'{"ckpt-5": 3}'],
+    [
+        b"",
+        b"{",
+        b"\xff\xfe",
+        b"[]",
+        b'{"ckpt-5": {"generation": 1}}',
+        b'{"ckpt-5": 3}',
+        b"[" * 100_000,  # past the parser's depth
+        b" " * (2 << 20),
+    ],
 )
 def test_a_damaged_state_file_is_one_line_naming_it_and_rewritten_only_at_a_save(tmp_path, content):
     path = tmp_path / population.STATE_FILE
     path.write_bytes(content)
     with pytest.raises(population.PbtStateError, match=f"^{path}: ") as error:
         population._read_state(str(tmp_path))
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and str(error.value).endswith(
+        "; remove it to resume with the flags' hyperparameters"
+    )
     # A save (which writes its own entry afresh) does not stop for it.
     assert population._read_state(str(tmp_path), quiet=True) == {}
     assert path.read_bytes() == content
+
+
+@pytest.mark.timeout(60)
+def test_a_state_file_that_is_a_link_or_a_fifo_is_refused_without_being_read(tmp_path):
+    path = tmp_path / population.STATE_FILE
+    path.symlink_to("/dev/zero")  # a read through it would never end
+    with pytest.raises(population.PbtStateError, match=f"^{path}: is a link"):
+        population._read_state(str(tmp_path))
+    path.unlink()
+    os.mkfifo(path)  # no writer: a blocking open would wait for one for ever
+    with pytest.raises(population.PbtStateError, match=f"^{path}: not a regular file"):
+        population._read_state(str(tmp_path))
+
+
+def test_a_look_is_logged_never_through_a_link_and_a_log_that_cannot_be_written_is_said(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_text("precious")
+    log = tmp_path / population.LOG_FILE
+    log.symlink_to(outside)
+    said = []
+    population._append_line(str(log), '{"frames": 1}', said.append)
+    assert outside.read_text() == "precious"
+    assert len(said) == 1 and said[0].startswith(f"pbt: cannot write {log} (")
+    log.unlink()
+    population._append_line(str(log), '{"frames": 1}', said.append)
+    population._append_line(str(log), '{"frames": 2}', said.append)
+    assert log.read_text() == '{"frames": 1}\n{"frames": 2}\n' and len(said) == 1
