@@ -28,8 +28,8 @@ import datetime
 import errno
 import json
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,13 +119,11 @@ def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
     FIFO or device not opened for long) of at most `max_bytes`.
 
     Raises:
-      FileNotFoundError: there is no file at `path` (or a component of it is no folder).
+      FileNotFoundError: there is no file at `path`.
       ValueError: one line naming `path` and what is wrong.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except NotADirectoryError:
-        raise FileNotFoundError(path) from None
     except FileNotFoundError:
         raise
     except OSError as error:
@@ -256,16 +254,16 @@ def write_text(path: str, text: str, durable: bool = False) -> None:
     """Writes `text` to `path`, replacing what was there only once complete; a write that fails
     (a full disk) leaves what was there and no partial file beside it.
 
-    The text goes to a new file of a name no one could know beforehand, in the same folder, then
-    renamed over `path`: a link planted at either name is replaced, never written through. The
-    file gets the umask's permissions (as `open` would give it). `durable`: flushed to disk
-    before the rename, and the folder after it (a power cut leaves the old file or the new).
+    The text goes to a new file of a random name in the same folder (`.<name>.<random>.tmp`),
+    then renamed over `path`: a link planted at either name is replaced, never written through.
+    The file gets the permissions `open` would give it. `durable`: flushed to disk before the
+    rename, and the folder after it (a power cut leaves the old file or the new).
     """
     folder, name = os.path.split(path)
-    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=TEMPORARY_SUFFIX, dir=folder or ".")
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             f.write(text)
             if durable:
                 f.flush()

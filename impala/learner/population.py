@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import json
 import math
 import os
 import random
+import stat
 import time
 from collections.abc import Callable, Collection, Sequence
 
@@ -35,6 +37,9 @@ from impala.transport.peers import PolicyPeer
 from impala.transport.server import MAX_STATE_WAITERS
 
 STATE_FILE = "pbt_state.json"
+# The most `STATE_FILE` may hold: an entry (about 200 bytes) for each kept checkpoint, which
+# --keep_checkpoint_every_frames may make many over a long run.
+MAX_STATE_FILE_BYTES = 64 << 20
 LOG_FILE = "pbt.jsonl"
 # How long rank 0 waits for another policy's status, and for its state (which that learner
 # takes between two of its steps: `server.STATE_WAIT_SECS`).
@@ -366,11 +371,15 @@ def _state_bytes(variables: Sequence[tf.Variable]) -> int:
 
 
 def _append_line(path: str, line: str, report: Callable[[str], None]) -> None:
-    """Appends `line` to the log at `path` in one write, never through a link; a log that
-    cannot be written (a full disk) is reported, and training goes on."""
+    """Appends `line` to the log at `path` in one write, only to a regular file and never
+    through a link; a log that cannot be written (a full disk, a FIFO planted at its name) is
+    reported, and training goes on."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        fd = os.open(path, flags, 0o666)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
             os.write(fd, (line + "\n").encode())
         finally:
             os.close(fd)
@@ -395,7 +404,7 @@ def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
     path = os.path.join(checkpoint_dir, STATE_FILE)
     remedy = "; remove it to resume with the flags' hyperparameters"
     try:
-        entries = run_folder.read_json(path)
+        entries = run_folder.read_json(path, MAX_STATE_FILE_BYTES)
     except FileNotFoundError:
         return {}
     except ValueError as error:

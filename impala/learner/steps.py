@@ -37,7 +37,7 @@ def wait_for_batch(
     warned = False
     received = service.trajectories_received
     while not service.wait_for_trajectories(batch_size, timeout_secs=STOP_CHECK_SECS):
-        if stop.is_set():
+        if stop.is_set() or service.finished:  # a closed service's wait ends at once
             return None
         if not warned and time.monotonic() >= started + learning.config.stall_warning_secs:
             warned = True

@@ -211,6 +211,11 @@ class LearnerService:
             self._state_wanted = False
             self._state.notify_all()
 
+    @property
+    def finished(self) -> bool:
+        """Whether the service was closed or stopped."""
+        return self._finished
+
     def wait_for_trajectories(self, count: int, timeout_secs: float) -> bool:
         """Sleeps until at least `count` trajectories are queued (woken as each chunk is),
         `timeout_secs` have passed or the service is closed; whether they are queued."""

@@ -144,10 +144,14 @@ def test_a_write_replaces_a_link_planted_at_its_name_or_its_old_temporary_name(t
     assert sorted(p.name for p in run.iterdir()) == ["learning.json", "learning.json.tmp"]
 
 
-def test_the_umask_is_read_without_being_changed():
+def test_the_umask_is_read_without_being_changed(monkeypatch):
+    """Setting it and setting it back would, for an instant, give other threads' new files no
+    mask: it is read from /proc."""
     mask = os.umask(0o027)
     try:
-        assert run_folder.current_umask() == 0o027
+        with monkeypatch.context() as patched:
+            patched.setattr(run_folder.os, "umask", lambda mask: pytest.fail("umask set"))
+            assert run_folder.current_umask() == 0o027
     finally:
         os.umask(mask)
 
