@@ -77,7 +77,7 @@ class Status:
                 is_count(getattr(self, name))
                 for name in ("policy", "frames", "games", "generation")
             )
-            and (self.objective is None or _is_finite(self.objective))
+            and (self.objective is None or is_finite(self.objective))
             and hyperparameters_are_sound(self.hyperparameters)
         )
 
@@ -88,7 +88,7 @@ def hyperparameters_are_sound(hyperparameters: object) -> bool:
         isinstance(hyperparameters, Mapping)
         and set(hyperparameters) == set(TUNED)
         and all(
-            _is_finite(hyperparameters[name]) and low <= hyperparameters[name] <= high
+            is_finite(hyperparameters[name]) and low <= hyperparameters[name] <= high
             for name, (low, high) in TUNED.items()
         )
     )
@@ -105,7 +105,7 @@ def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_JSON_INT
 
 
-def _is_finite(value: object) -> bool:
+def is_finite(value: object) -> bool:
     """Whether `value` is a finite float, or an int (not a bool) within +-2^53."""
     if isinstance(value, bool):
         return False
@@ -137,7 +137,9 @@ def decide(me: Status, others: Sequence[Status], config: PbtConfig, rng: random.
     """The module docstring's rule, for policy `me` among the statuses of the `others` that
     answered."""
     if me.objective is None:
-        return Decision(SIT_OUT, f"{me.games} games since its last copy: too few to be ranked")
+        return Decision(
+            SIT_OUT, f"{me.games} games since its start or last copy: too few to be ranked"
+        )
     ranked = sorted(
         [status for status in (me, *others) if status.objective is not None],
         key=lambda status: (-status.objective, status.policy),

@@ -122,9 +122,11 @@ class Population:
         if entry:
             self._trainer.set_hyperparameters(**entry["hyperparameters"])
             self.next_look, self.generation = entry["next_look"], entry["generation"]
+            self._returns.extend(entry.get("returns", ()))
             self._report(
                 f"pbt: resumed with {_describe(entry['hyperparameters'])}, {self.generation} "
-                f"copies so far, next look at {self.next_look} frames"
+                f"copies so far, {len(self._returns)} games for its ranking, next look at "
+                f"{self.next_look} frames"
             )
 
     def before_save(self, version: int) -> None:
@@ -142,6 +144,7 @@ class Population:
             "hyperparameters": self._hyperparameters(),
             "next_look": self.next_look,
             "generation": self.generation,
+            "returns": list(self._returns),  # a resume's first look ranks it on them
         }
         os.makedirs(checkpoint_dir, exist_ok=True)
         # On disk before the checkpoint it is for: a resume from that checkpoint needs it.
@@ -419,9 +422,13 @@ def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
 
 
 def _is_entry(entry: object) -> bool:
+    """Whether `entry` is one `before_save` writes (without `returns`: written before
+    2026-12-07, when a resume's window of games started empty)."""
     return (
         isinstance(entry, dict)
-        and set(entry) == {"hyperparameters", "next_look", "generation"}
+        and set(entry) - {"returns"} == {"hyperparameters", "next_look", "generation"}
         and pbt.hyperparameters_are_sound(entry["hyperparameters"])
         and all(pbt.is_count(entry[k]) for k in ("next_look", "generation"))
+        and isinstance(entry.get("returns", []), list)
+        and all(pbt.is_finite(value) for value in entry.get("returns", []))
     )

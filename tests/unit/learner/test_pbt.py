@@ -130,6 +130,9 @@ class _Trainer:
         self.hyperparameters = Hyperparameters(**HYPERPARAMETERS)
         self.optimizer = optimizer or snt.optimizers.Adam(1e-3)
 
+    def set_hyperparameters(self, **values):
+        self.hyperparameters = dataclasses.replace(self.hyperparameters, **values)
+
 
 def _variables():
     return [
@@ -407,3 +410,42 @@ def test_a_look_is_logged_never_through_a_link_and_a_log_that_cannot_be_written_
     population._append_line(str(log), '{"frames": 1}', said.append)
     population._append_line(str(log), '{"frames": 2}', said.append)
     assert log.read_text() == '{"frames": 1}\n{"frames": 2}\n' and not said
+
+
+def test_a_resume_keeps_the_games_a_policy_is_ranked_on_and_reads_entries_without_them(tmp_path):
+    """Its first look after a restart ranks it on the games before it, rather than sitting
+    out for want of games (state files written before the games were kept still resume)."""
+    run_dir = str(tmp_path / "policy_0")
+    saved = population.Population(
+        _config(0), _Trainer(), _variables(), run_dir, True, print, "0" * 64
+    )
+    saved.record(np.array([-21.0, -20.0, 3.5]))
+    saved.before_save(version=7)
+    saved.close()
+    checkpoint = os.path.join(run_dir, "checkpoints", "ckpt-7")
+
+    said = []
+    resumed = population.Population(
+        _config(0), _Trainer(), _variables(), run_dir, True, said.append, "0" * 64
+    )
+    resumed.restore(checkpoint)
+    resumed.close()
+    assert resumed.status(10).games == 3 and resumed.status(10).objective is None  # 3 < 50 / 4
+    assert "3 games for its ranking" in said[-1]
+
+    state = tmp_path / "policy_0" / "checkpoints" / population.STATE_FILE
+    entries = json.loads(state.read_text())
+    assert entries["ckpt-7"]["returns"] == [-21.0, -20.0, 3.5]
+    del entries["ckpt-7"]["returns"]
+    state.write_text(json.dumps(entries))
+    older = population.Population(
+        _config(0), _Trainer(), _variables(), run_dir, True, print, "0" * 64
+    )
+    older.restore(checkpoint)
+    older.close()
+    assert older.status(10).games == 0
+
+    entries["ckpt-7"]["returns"] = [1.0, float("nan")]
+    state.write_text(json.dumps(entries))
+    with pytest.raises(population.PbtStateError, match="not population-based training's state"):
+        population._read_state(str(state.parent))
