@@ -120,11 +120,12 @@ def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
 
     Raises:
       FileNotFoundError: there is no file at `path`.
+      NotADirectoryError: a folder on `path` is a file.
       ValueError: one line naming `path` and what is wrong.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise
     except OSError as error:
         if error.errno == errno.ELOOP:
@@ -168,6 +169,8 @@ def read_flags(run_dir: str) -> dict[str, Any] | None:
         saved = read_json(path)
     except FileNotFoundError:
         return None
+    except NotADirectoryError as error:
+        raise ValueError(f"{path}: cannot be read ({error.strerror})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{path}: expected a JSON object of flag values")
     return saved
@@ -183,7 +186,7 @@ def read_branch(run_dir: str) -> dict[str, Any] | None:
     path = os.path.join(run_dir, BRANCH_FILE)
     try:
         record = read_json(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     if not (
         isinstance(record, dict)

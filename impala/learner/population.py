@@ -408,7 +408,7 @@ def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
     remedy = "; remove it to resume with the flags' hyperparameters"
     try:
         entries = run_folder.read_json(path, MAX_STATE_FILE_BYTES)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return {}
     except ValueError as error:
         if quiet:
