@@ -156,9 +156,10 @@ def _read_summary(summary_path: str, run_dir: str) -> tuple[bool, int]:
         ) from None
 
 
-def _go_on(summary_paths: list[str], frames: float, run_dir: str) -> None:
+def _go_on(summary_paths: list[str], frames: float, run_dir: str) -> bool:
     """Says how the run in `run_dir` (its learners' summaries: one per policy) goes on to
-    `frames`; a one-line error if it cannot."""
+    `frames`: whether it trains on (False: it finished, but its report was cut short, which is
+    written now); a one-line error if it cannot."""
     read = [_read_summary(path, run_dir) for path in summary_paths]
     stopped, done = any(s for s, _ in read), min(d for _, d in read)
     if stopped:
@@ -168,11 +169,33 @@ def _go_on(summary_paths: list[str], frames: float, run_dir: str) -> None:
             f"[learning] training the run in {run_dir} on from {done} frames to {frames:.0f}",
             flush=True,
         )
+    elif not _reported(run_dir):
+        print(
+            f"[learning] the run in {run_dir} finished {done} frames before its report was "
+            "complete: reporting it",
+            flush=True,
+        )
+        return False
     else:
         raise app.UsageError(
             f"--out_dir={run_dir} already holds a finished run of {done} frames; give a larger "
             f"--frames to train it on, or name a new one"
         )
+    return True
+
+
+def _reported(run_dir: str) -> bool:
+    """Whether the report of the finished run in `run_dir` was written in full: its
+    learning.json, and with --test_games a policy's test games (the best's)."""
+    try:
+        written = [
+            run_folder.read_json(os.path.join(folder, "learning.json"))
+            for _, folder in {(None, run_dir), *result_folders(run_dir)}
+        ]
+    except (OSError, ValueError):
+        return False
+    tested = any(isinstance(figures, dict) and "test" in figures for figures in written)
+    return tested or not FLAGS.test_games
 
 
 def result_folders(run_dir: str) -> list[tuple[int | None, str]]:
@@ -255,11 +278,12 @@ def _branch(benchmark: Benchmark, frames: float, run_dir: str) -> None:
     )
 
 
-def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
+def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> tuple[bool, bool]:
     """Makes or checks `run_dir` before training: a new run, a branch (--branch_from), or the
-    run it holds going on (stopped, or finished and given a larger budget); a one-line error if
-    it cannot. Returns whether the run goes on from frames trained before."""
-    resumed = False
+    run it holds going on (stopped, finished and given a larger budget, or finished with its
+    report cut short); a one-line error if it cannot. Returns whether the run goes on from
+    frames trained before, and whether it trains."""
+    resumed, trains = False, True
     summary_paths = [
         os.path.join(folder, "learner_0.json")
         for _, folder in result_folders(run_dir)
@@ -279,7 +303,7 @@ def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
         if summary_paths:
             # A stopped run goes on from its latest checkpoint, with the flags it started
             # with; so does a finished one given a larger budget.
-            _go_on(summary_paths, frames, run_dir)
+            trains = _go_on(summary_paths, frames, run_dir)
             resumed = True
         elif branched:
             resumed = True  # made, but stopped before its learner wrote a summary
@@ -287,11 +311,11 @@ def prepare(benchmark: Benchmark, frames: float, run_dir: str) -> bool:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as error:
         raise app.UsageError(f"--out_dir={run_dir}: {error.strerror}") from None
-    return resumed
+    return resumed, trains
 
 
 def figures_of(
-    benchmark: Benchmark, run_dir: str, wall_secs: float, resumed: bool, name: str = ""
+    benchmark: Benchmark, run_dir: str, wall_secs: float | None, resumed: bool, name: str = ""
 ) -> tuple[curves.Curve, dict]:
     """The trained run's learning curve (named `name`, else the configuration) and figures
     (`learning_figures.results`); `run_dir` may be one policy's folder of a run of several."""
@@ -347,8 +371,8 @@ def main(argv: list[str]) -> int:
     )
     for line in learning_configs.repeated_values(benchmark, FLAGS.config, FLAGS.extra):
         print(f"[learning] note: {line}", flush=True)
-    resumed = prepare(benchmark, frames, run_dir)
-    wall_secs = train(benchmark, frames, run_dir, FLAGS.extra)
+    resumed, trains = prepare(benchmark, frames, run_dir)
+    wall_secs = train(benchmark, frames, run_dir, FLAGS.extra) if trains else None
     results = [
         _report(benchmark, policy, folder, wall_secs, resumed)
         for policy, folder in result_folders(run_dir)
@@ -377,7 +401,7 @@ class _Result(NamedTuple):
 
 
 def _report(
-    benchmark: Benchmark, policy: int | None, folder: str, wall_secs: float, resumed: bool
+    benchmark: Benchmark, policy: int | None, folder: str, wall_secs: float | None, resumed: bool
 ) -> _Result:
     """One policy's (or a run of one's) curve and figures, written into its folder and said."""
     name = FLAGS.config if policy is None else f"{FLAGS.config} policy {policy}"

@@ -25,7 +25,11 @@ def first_crossing(frames: np.ndarray, smoothed: np.ndarray, threshold: float) -
 
 
 def results(
-    benchmark: Benchmark, curve: curves.Curve, run_dir: str, wall_secs: float, argv: list[str]
+    benchmark: Benchmark,
+    curve: curves.Curve,
+    run_dir: str,
+    wall_secs: float | None,
+    argv: list[str],
 ) -> dict:
     """The benchmark's figures, from the run's learning curve and its learner summary."""
     # Only full windows of games count, so that a lucky first game is not a "best mean".
@@ -61,11 +65,11 @@ def results(
         },
         # None when the run took fewer than two steps.
         "frames_per_second_steady": summary["frames_per_second_steady"],
-        "frames_per_second_overall": summary["frames"] / wall_secs,
+        "frames_per_second_overall": summary["frames"] / wall_secs if wall_secs else None,
         "policy_lag": policy_lag(scalars),
         "policy_entropy": policy_entropy(scalars, saved, run_dir, int(summary["frames"])),
         "by_start_frame": by_start_frame(curve, first_full + 1, saved),
-        "wall_minutes": round(wall_secs / 60, 1),
+        "wall_minutes": round(wall_secs / 60, 1) if wall_secs is not None else None,
         "training_hours": round(float(curve.hours[-1]), 3),
         "run_dir": run_dir,
     }
@@ -232,8 +236,8 @@ def report_lines(config: str, figures: dict) -> list[str]:
         f"{config}: mean return {figures['final_mean_return']} over the last "
         f"{figures['window']} games at {frames_text(figures['frames'])} frames (best "
         f"{figures['best_mean_return']}); reached {reached}; "
-        f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady, "
-        f"{figures['wall_minutes']} min in all"
+        f"{figures['frames_per_second_steady'] or 0:.0f} frames/s steady"
+        + ("" if figures["wall_minutes"] is None else f", {figures['wall_minutes']} min in all")
     ]
     changed = figures["changed_from_configuration"]
     if changed is not None:

@@ -785,6 +785,18 @@ def test_sigterm_stops_the_training_saves_reports_and_the_same_command_resumes(
     same = _run(*_bench_argv(out_dir)[4:])
     assert same.returncode != 0 and "Traceback" not in same.stderr
     assert f"already holds a finished run of {budget} frames; give a larger" in same.stderr
+    # Finished with its report cut short (stopped before its learning.json was written), the
+    # same command writes the report without training.
+    learning_json = out_dir / "learning.json"
+    learning_json.unlink()
+    again = _run(*_bench_argv(out_dir)[4:], "--test_games=0")
+    assert again.returncode == 0, again.stderr
+    assert "before its report was complete: reporting it" in again.stdout, again.stdout
+    reported = json.loads(learning_json.read_text())
+    assert reported["frames"] == budget and reported["games"] == resumed["games"]
+    assert reported["wall_minutes"] is None and reported["frames_per_second_overall"] is None
+    assert processes_with(str(out_dir)) == []
+
     # (No test games: the run's figures are what this part is about.)
     longer = processes.start(
         "learning_longer", [*_bench_argv(out_dir, budget + 2000), "--test_games=0"]
