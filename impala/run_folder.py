@@ -24,14 +24,15 @@ default) the folder and what the run's processes write in it are owner-only (`ke
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
 import os
 import secrets
 import stat
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
 
 FLAGS_FILE = "flags.json"
 BRANCH_FILE = "branch.json"
@@ -254,20 +255,31 @@ def write_json(path: str, value: Any, sort_keys: bool = False) -> None:
 
 
 def write_text(path: str, text: str, durable: bool = False) -> None:
-    """Writes `text` to `path`, replacing what was there only once complete; a write that fails
-    (a full disk) leaves what was there and no partial file beside it.
+    """Writes `text` to `path`, replacing what was there only once complete (`replacing`)."""
+    with replacing(path, durable=durable) as f:
+        f.write(text)
 
-    The text goes to a new file of a random name in the same folder (`.<name>.<random>.tmp`),
-    then renamed over `path`: a link planted at either name is replaced, never written through.
-    The file gets the permissions `open` would give it. `durable`: flushed to disk before the
-    rename, and the folder after it (a power cut leaves the old file or the new).
+
+@contextlib.contextmanager
+def replacing(
+    path: str, *, binary: bool = False, owner_only: bool = False, durable: bool = False
+) -> Iterator[IO]:
+    """A new file to write, which replaces `path` once the block ends without an error; an
+    error (a full disk) leaves what was there and no partial file beside it.
+
+    The file has a random name in the same folder (`.<name>.<random>.tmp`) until it is renamed
+    over `path`: a link planted at either name is replaced, never written through. It gets the
+    permissions `open` would give it, or `owner_only`: its owner's only from its first byte.
+    `durable`: flushed to disk before the rename, and the folder after it (a power cut leaves
+    the old file or the new).
     """
     folder, name = os.path.split(path)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(4)}{TEMPORARY_SUFFIX}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(temporary, flags, 0o600 if owner_only else 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+            yield f
             if durable:
                 f.flush()
                 os.fsync(f.fileno())

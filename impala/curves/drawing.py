@@ -4,7 +4,6 @@ written whole or not at all."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -54,21 +53,9 @@ def check_out(out: str, flag: str = "--out", example: str = "curves.png") -> Non
 
 
 def write_png(figure: Figure, out: str) -> None:
-    """Writes `figure` to `out` whole or not at all: a temporary file, then a rename."""
+    """Writes `figure` to `out` whole or not at all (`run_folder.replacing`)."""
     try:
-        handle, temporary = tempfile.mkstemp(
-            dir=os.path.dirname(os.path.abspath(out)), prefix=".plot-", suffix=".png"
-        )
-    except OSError as error:
-        raise CurveError(f"cannot write --out={out}: {error.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as file:
+        with run_folder.replacing(os.path.abspath(out), binary=True) as file:
             figure.savefig(file, format="png")
-        # mkstemp makes it private; a plot need not be.
-        os.chmod(temporary, 0o666 & ~run_folder.current_umask())
-        os.replace(temporary, out)
     except OSError as error:
         raise CurveError(f"cannot write --out={out}: {error.strerror or error}") from None
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)

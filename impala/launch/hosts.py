@@ -6,13 +6,11 @@ what a run does on them (start, status, stop) is `run_control.py`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shlex
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -130,24 +128,16 @@ class LocalHost(Host):
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Into the folder's real path, checked (`unsafe_folder`): no one else can then rename
         # or replace what is written there. A new temporary file of unguessable name, renamed
-        # into place: a symlink at `path` is replaced, never followed.
+        # into place (`run_folder.replacing`): a symlink at `path` is replaced, never followed.
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             unsafe = unsafe_folder(os.path.dirname(path))
             if unsafe:
                 raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
             folder = os.path.realpath(os.path.dirname(path))
-            descriptor, temporary = tempfile.mkstemp(dir=folder, prefix=".write.")
-            try:
-                with os.fdopen(descriptor, "w") as f:
-                    if not owner_only:
-                        os.fchmod(f.fileno(), 0o666 & ~run_folder.current_umask())
-                    f.write(content)
-                os.replace(temporary, os.path.join(folder, os.path.basename(path)))
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temporary)
-                raise
+            target = os.path.join(folder, os.path.basename(path))
+            with run_folder.replacing(target, owner_only=owner_only) as f:
+                f.write(content)
         except OSError as error:
             raise HostError(f"{self.name}: writing {path} failed: {error}") from None
 
