@@ -112,16 +112,18 @@ def test_catch_is_learned_and_a_useless_policy_copies_the_better_one_and_a_resum
     # picture and whose reward comes 9 steps after the first decision. A random policy scores
     # about -0.75 (18 catches in 20 games would take it a miracle); a broken loss, scrambled
     # observations, misaligned rewards or actors acting with weights other than the learner's
-    # keep it there. Policy 0 has reached 0.8 at 11k to 20k frames (runs differ: at 24k one was
-    # back at 0.3) and 1.0 by 24k to 36k (0.9 at 12.5k in a run of 2026-12-06, when policy 1,
-    # copied at 14k, was at 0.8 by its look at 20k): 30k leaves 10k past the latest crossing of
-    # 0.8 seen. It was stopped and resumed midway, so a resume that lost the optimiser's state
-    # or the weights would show here too. Means over 20 consecutive games: 18 catches in 20 at
-    # best, and at the end at least 10 (0.0), which a random policy's 2 or 3 never reach (its
-    # mean of 20 games is -0.75, give or take 0.15). A learned policy's last 20 games swing from
-    # run to run: 0.5 to 1.0 in most, 0.2 in one of 2026-12-06 (0.7 two progress lines before).
+    # keep it there. Of 24 policies learning from scratch on 2026-12-07 (seeds 0 to 3, with and
+    # without PBT, two at a time beside a training run), 22 passed 0.8 by 14.2k frames; two, both
+    # policy 0 of this test, were slow: one (beside the training run) at -0.3 at 10k, its entropy
+    # term at a fifth of its start's by 17k, best 20 games 0.6 in 30k; the other (CI) best 0.7.
+    # Slow, but learned. So the bound is 15 catches in 20 (0.5) at best and at least 10 (0.0) at
+    # the end, which a random policy's 2 or 3 never reach (its mean of 20 games is -0.75, give or
+    # take 0.15). It was stopped and resumed midway, so a
+    # resume that lost the optimiser's state or the weights would show here too. A learned
+    # policy's last 20 games swing from run to run: 0.5 to 1.0 in most, 0.1 and 0.2 in runs
+    # that collapsed early or had been at 0.7 two progress lines before.
     learned = json.loads((run_dir / "policy_0" / "learner_0.json").read_text())
-    assert learned["best_mean_return"] >= 0.8 and learned["mean_return"] >= 0.0, learned
+    assert learned["best_mean_return"] >= 0.5 and learned["mean_return"] >= 0.0, learned
     # After the copy, policy 1 plays as well as a learned policy.
     final = json.loads((run_dir / "policy_1" / "learner_0.json").read_text())
     assert final["mean_return"] >= 0.0, final
