@@ -88,6 +88,21 @@ class Actor:
             weight_version=self.weight_version,
         )
 
+    def decide_first_step_again(self) -> None:
+        """Decides the next unroll's first step again, with the weights set now.
+
+        The unroll just returned decided that step as its last one, with the weights it was
+        acted with; its action is taken only when the next unroll begins, and the learner trains
+        on an unroll's steps 0 to T - 1 (step T only bootstraps: its observation, not its
+        action), so deciding it again changes nothing the sent unroll says. Synchronous
+        collection does, after each new version, so that every step the learner trains on was
+        decided with the weights it holds (else the first of each unroll's T steps was one
+        version behind); so does the first unroll, whose first step the initial random weights
+        decided."""
+        last = self._last_step
+        self._core_state = self._core_state_before_last
+        self._last_step = self._act(last.prev_action, last.reward, last.done, last.observation)
+
     def pop_episode_stats(self) -> list[envs.EpisodeStats]:
         """Episodes that really finished (whole games) since the last call."""
         return self._env.pop_episode_stats()

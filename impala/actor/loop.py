@@ -129,6 +129,7 @@ class _Counts:
 def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) -> None:
     """Sends unrolls until the learner finishes or stops answering (both raise)."""
     _wait_for_first_weights(client, actor)
+    actor.decide_first_step_again()  # with the learner's weights, not the initial random ones
     threads = tf.config.threading.get_intra_op_parallelism_threads()
     report(
         f"actor {config.task} acting for learner {config.learner_address} ({config.num_envs} "
@@ -167,6 +168,9 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             waited = time.monotonic()
             _wait_for_weights_after(client, actor, unroll.weight_version)
             counts.next_weights_secs += time.monotonic() - waited
+            decided = time.monotonic()
+            actor.decide_first_step_again()  # lag 0 on every step, the first one too
+            counts.acting_secs += time.monotonic() - decided
         if counts.first_unroll_cpu is None:
             counts.first_unroll_cpu = time.process_time()
 

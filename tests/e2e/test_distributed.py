@@ -54,7 +54,8 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(
     """The learner's own loop (experiment.py's learner role, recording what it dequeues and
     publishes) trains 40 steps on two actor processes' unrolls. In synchronous collection each
     batch is both actors' unrolls of one version, the learner's: policy lag 0, and pi / mu is 1
-    at every step (V-trace's ratios, before the batch's first step)."""
+    at every step it trains on, the first of each unroll too (V-trace's ratios, before the
+    batch's first step)."""
     (port,) = free_ports(1)
     batch_size, steps = 2 * NUM_ENVS, 40  # in synchronous collection, one version's unrolls
     mode = f"--col_workers_communication={collection}"
@@ -112,9 +113,11 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(
         lags.extend(learner_version - versions)
         _check_behaviour_logits(agent, batch_steps, versions, record["published"])
         if collection == "synchronous":
-            # Acted with the weights the learner holds: its policy is the behaviour policy.
+            # Acted with the weights the learner holds: its policy is the behaviour policy, on
+            # every step it trains on (0 to T - 1), the first too (decided again by the actor
+            # once the weights came, not with the version before).
             _check_behaviour_logits(
-                agent, batch_steps, [learner_version] * len(versions), record["published"]
+                agent, batch_steps, [learner_version] * len(versions), record["published"], 0
             )
 
     assert set(starts) == {0, 1}, "both actors delivered"
@@ -132,9 +135,10 @@ def test_actors_stream_overlapping_unrolls_and_follow_the_learners_weights(
         assert np.mean(lags) < 5, f"policy lag {np.mean(lags)}"
 
 
-def _check_behaviour_logits(agent, steps, versions, weights_by_version):
-    """The logits that chose steps 1..T are the network's under the version they are tagged
-    with: the actor really acted with the learner's published weights."""
+def _check_behaviour_logits(agent, steps, versions, weights_by_version, first=1):
+    """The logits that chose steps `first`..T are the network's under the version they are
+    tagged with: the actor really acted with the learner's published weights. (In asynchronous
+    collection step 0 was decided, as the unroll before's last step, with the version before.)"""
     for b, version in enumerate(versions):
         for variable, value in zip(agent.variables, weights_by_version[version], strict=True):
             variable.assign(value)
@@ -148,7 +152,7 @@ def _check_behaviour_logits(agent, steps, versions, weights_by_version):
             (),
         )
         np.testing.assert_allclose(
-            outputs.policy_logits[1:, 0], steps.policy_logits[1:, b], atol=1e-4
+            outputs.policy_logits[first:, 0], steps.policy_logits[first:, b], atol=1e-4
         )
 
 

@@ -112,6 +112,43 @@ def test_set_weights_changes_the_policy_and_tags_unrolls():
     assert not np.allclose(before.steps.policy_logits[1:], after.steps.policy_logits[1:])
 
 
+@pytest.mark.parametrize(
+    "agent_name,observation_shape",
+    [("MLPAgent", VECTOR_SHAPE), ("ResNetLSTMAgent", envs.ATARI_OBSERVATION_SHAPE)],
+)
+def test_the_next_unrolls_first_step_decided_again_is_the_new_weights_on_every_step(
+    agent_name, observation_shape
+):
+    """Synchronous collection's lag 0: after new weights, the overlap step is decided again, so
+    the next unroll is the new weights' on all T + 1 steps (the learner reproduces every logit
+    from its recorded state), and it still begins where the sent one ended."""
+    tf.random.set_seed(4)
+    with _counter_env(num_envs=2, episode_length=4, observation_shape=observation_shape) as env:
+        agent = networks.make_agent(agent_name, env.num_actions)
+        actor = Actor(env, agent, unroll_length=3, seed=4)
+        sent = actor.unroll()
+        weights = [v.numpy() + 0.05 * np.sign(v.numpy() + 0.5) for v in actor.variables]
+        actor.set_weights(weights, version=1)
+        actor.decide_first_step_again()
+        following = actor.unroll()
+
+    for field in ("observation", "reward", "done", "prev_action"):
+        np.testing.assert_array_equal(
+            getattr(sent.steps, field)[-1], getattr(following.steps, field)[0]
+        )
+    inputs = networks.AgentInput(
+        following.steps.prev_action,
+        following.steps.reward,
+        following.steps.done,
+        following.steps.observation,
+    )
+    outputs, _ = agent.unroll(inputs, following.agent_state)
+    np.testing.assert_allclose(outputs.policy_logits, following.steps.policy_logits, atol=1e-5)
+    # The first step's logits are the new weights', not those the sent unroll chose it with.
+    assert not np.allclose(following.steps.policy_logits[0], sent.steps.policy_logits[-1])
+    np.testing.assert_array_equal(following.steps.prev_action[1], following.steps.action[0])
+
+
 def test_sampling_is_seeded():
     def run(seed):
         tf.random.set_seed(3)
