@@ -48,6 +48,9 @@ class Actor:
         self._policy = tf.function(self._policy_step, autograph=False)  # no tensor control flow
         self._core_state = agent.initial_state(env.num_envs)
         self.weight_version = -1
+        # The weight version that decided the next unroll's first step (its action is taken
+        # when that unroll begins): see `decide_first_step_again`.
+        self.first_step_version = -1
         first = env.reset()
         self._last_step = self._act(
             prev_action=np.zeros(env.num_envs, np.int32),
@@ -82,6 +85,7 @@ class Actor:
                 )
             )
         self._last_step = time_steps[-1]
+        self.first_step_version = self.weight_version
         return Unroll(
             agent_state=initial_state,
             steps=Steps(*(np.stack(field) for field in zip(*time_steps, strict=True))),
@@ -95,13 +99,14 @@ class Actor:
         acted with; its action is taken only when the next unroll begins, and the learner trains
         on an unroll's steps 0 to T - 1 (step T only bootstraps: its observation, not its
         action), so deciding it again changes nothing the sent unroll says. Synchronous
-        collection does, after each new version, so that every step the learner trains on was
-        decided with the weights it holds (else the first of each unroll's T steps was one
-        version behind); so does the first unroll, whose first step the initial random weights
-        decided."""
+        collection does before each unroll whose first step an older version decided
+        (`first_step_version`), so that every step the learner trains on was decided with the
+        weights it holds (else the first of each unroll's T steps was one version behind); so
+        does the first unroll, whose first step the initial random weights decided."""
         last = self._last_step
         self._core_state = self._core_state_before_last
         self._last_step = self._act(last.prev_action, last.reward, last.done, last.observation)
+        self.first_step_version = self.weight_version
 
     def pop_episode_stats(self) -> list[envs.EpisodeStats]:
         """Episodes that really finished (whole games) since the last call."""

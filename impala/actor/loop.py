@@ -139,6 +139,8 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
         started = time.monotonic()
         _update_weights(client, actor)
         fetched = time.monotonic()
+        if config.synchronous_collection and actor.first_step_version != actor.weight_version:
+            actor.decide_first_step_again()  # lag 0 on every step, the first one too
         unroll = actor.unroll()
         acted = time.monotonic()
         counts.weights_secs += fetched - started
@@ -168,9 +170,6 @@ def _act(client, actor: Actor, counts: _Counts, config: ActorJobConfig, report) 
             waited = time.monotonic()
             _wait_for_weights_after(client, actor, unroll.weight_version)
             counts.next_weights_secs += time.monotonic() - waited
-            decided = time.monotonic()
-            actor.decide_first_step_again()  # lag 0 on every step, the first one too
-            counts.acting_secs += time.monotonic() - decided
         if counts.first_unroll_cpu is None:
             counts.first_unroll_cpu = time.process_time()
 

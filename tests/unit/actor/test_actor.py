@@ -129,7 +129,9 @@ def test_the_next_unrolls_first_step_decided_again_is_the_new_weights_on_every_s
         sent = actor.unroll()
         weights = [v.numpy() + 0.05 * np.sign(v.numpy() + 0.5) for v in actor.variables]
         actor.set_weights(weights, version=1)
+        assert actor.first_step_version == -1
         actor.decide_first_step_again()
+        assert actor.first_step_version == 1
         following = actor.unroll()
 
     for field in ("observation", "reward", "done", "prev_action"):
