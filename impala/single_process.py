@@ -2,8 +2,10 @@
 
 The same environment, network, actor and loss code as the distributed system, with no transport in
 between: useful to check a set-up quickly, to debug a network or an environment, and as the
-reference the distributed path is compared with. With no policy lag the V-trace corrections are 1,
-so this is synchronous advantage actor-critic with IMPALA's loss.
+reference the distributed path is compared with. Every step is decided with the weights the learner
+then trains (the next unroll's first step is decided again after each update): with no policy
+lag the V-trace corrections are 1 (at a batch's first pass), so this is synchronous advantage
+actor-critic with IMPALA's loss.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def train(
     while not progress.done:
         batch = stack_unrolls([actor.unroll()])
         learner.learn(batch, progress.frames)
+        actor.decide_first_step_again()  # the next unroll's first step too, by these weights
         progress.add_frames(frames_per_batch)
         progress.add_episode_returns(s.episode_return for s in actor.pop_episode_stats())
         if time.monotonic() >= next_report or progress.done:

@@ -79,7 +79,8 @@ class Unroll(NamedTuple):
         feed-forward agents).
       steps: the T + 1 time steps, [T + 1, B, ...] numpy arrays.
       weight_version: the learner's weight version that chose actions 1..T. Action 0 is the
-        previous unroll's last action, so it may come from the version before; V-trace corrects
+        previous unroll's last one, so in asynchronous collection it may come from the version
+        before (synchronous collection decides it again with this version); V-trace corrects
         for it either way, since `steps.policy_logits` are those that really chose each action.
     """
 

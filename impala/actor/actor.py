@@ -2,7 +2,11 @@
 
 An unroll holds `T + 1` time steps for each of the actor's `B` environments. Consecutive unrolls
 overlap by one step, as in IMPALA: the last step of one unroll is the first step of the next, so the
-learner can bootstrap from it and evaluate the policy on every action exactly once.
+learner can bootstrap from it and evaluate the policy on every action exactly once. That step's
+action is taken only when the next unroll begins; an actor may decide it again in between, with
+newer weights (`Actor.decide_first_step_again`), and then the two unrolls agree on its
+observation, reward and `done` but not on its action and logits (the first unroll's, never taken,
+are never trained on).
 
 What each time step of an unroll holds is told in `impala.trajectory`.
 """

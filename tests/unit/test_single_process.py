@@ -1,5 +1,8 @@
 """--job_name=local: the actor and the learner in one process, taking turns."""
 
+import numpy as np
+
+import networks
 from impala import single_process
 from impala.configs import GameConfig, LearnerConfig
 
@@ -41,3 +44,36 @@ def test_plays_with_the_sticky_actions_and_frame_skip_it_is_given():
     with env:
         assert env.config.repeat_action_probability == 0.25
         assert env.frames_per_step == 3
+
+
+def test_every_step_it_trains_on_was_decided_with_the_weights_it_trains(monkeypatch):
+    """No policy lag, the first step of each unroll included (decided again after each update,
+    not kept from the weights before): the behaviour logits are the network's under the weights
+    each batch is learned with."""
+    seen = []
+
+    class Recording(single_process.Trainer):
+        def learn(self, batch, frames):
+            seen.append((batch, [v.numpy().copy() for v in self._agent.variables]))
+            return super().learn(batch, frames)
+
+    monkeypatch.setattr(single_process, "Trainer", Recording)
+    config = single_process.LocalConfig(
+        game=GameConfig(level_name="impala/Catch-v0"),
+        agent_name="MLPAgent",
+        log_every_secs=1e9,
+        learner=LearnerConfig(
+            batch_size=2, unroll_length=5, learning_rate=0.01, total_environment_frames=100
+        ),
+    )
+    env, agent = single_process.build(config)
+    with env:
+        single_process.train(config, env, agent, report=lambda line: None)
+    assert len(seen) == 10
+    for batch, weights in seen:
+        for variable, value in zip(agent.variables, weights, strict=True):
+            variable.assign(value)
+        steps = batch.steps
+        inputs = networks.AgentInput(steps.prev_action, steps.reward, steps.done, steps.observation)
+        outputs, _ = agent.unroll(inputs, batch.agent_state)
+        np.testing.assert_allclose(outputs.policy_logits[:-1], steps.policy_logits[:-1], atol=1e-5)

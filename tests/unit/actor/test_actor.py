@@ -123,16 +123,31 @@ def test_the_next_unrolls_first_step_decided_again_is_the_new_weights_on_every_s
     the next unroll is the new weights' on all T + 1 steps (the learner reproduces every logit
     from its recorded state), and it still begins where the sent one ended."""
     tf.random.set_seed(4)
-    with _counter_env(num_envs=2, episode_length=4, observation_shape=observation_shape) as env:
-        agent = networks.make_agent(agent_name, env.num_actions)
-        actor = Actor(env, agent, unroll_length=3, seed=4)
-        sent = actor.unroll()
-        weights = [v.numpy() + 0.05 * np.sign(v.numpy() + 0.5) for v in actor.variables]
-        actor.set_weights(weights, version=1)
-        assert actor.first_step_version == -1
-        actor.decide_first_step_again()
-        assert actor.first_step_version == 1
-        following = actor.unroll()
+    followings, initial = [], []
+    for decide_again in (True, False):  # the second, a twin that keeps the old decision
+        with _counter_env(2, episode_length=4, observation_shape=observation_shape) as env:
+            agent = networks.make_agent(agent_name, env.num_actions)
+            if not decide_again:
+                networks.build_variables(agent, env.observation_shape, env.observation_dtype)
+                for variable, value in zip(agent.variables, initial, strict=True):
+                    variable.assign(value)
+            actor = Actor(env, agent, unroll_length=3, seed=4)
+            sent = actor.unroll()
+            initial = [v.numpy() for v in actor.variables]
+            weights = [v + 0.05 * np.sign(v + 0.5) for v in initial]
+            actor.set_weights(weights, version=1)
+            assert actor.first_step_version == -1
+            if decide_again:
+                actor.decide_first_step_again()
+                assert actor.first_step_version == 1
+            followings.append(actor.unroll())
+    following, twins = followings
+    # The state the learner starts the next unroll from is the one before the step decided again
+    # (not one step further on), whether or not it was decided again.
+    for state, twin in zip(
+        tf.nest.flatten(following.agent_state), tf.nest.flatten(twins.agent_state), strict=True
+    ):
+        np.testing.assert_array_equal(state, twin)
 
     for field in ("observation", "reward", "done", "prev_action"):
         np.testing.assert_array_equal(

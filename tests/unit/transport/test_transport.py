@@ -1416,6 +1416,37 @@ def test_what_an_impostor_learner_says_reaches_the_actors_log_printable(answer):
     assert f"learner at {address}" in message or f"at learner {address}" in message
 
 
+class _Player:
+    """The environments and the policy of an actor (`Actor`'s interface) as a stand-in: its
+    first unroll beyond what the loss takes (refused), then `_unroll`s. `on_refused` runs as the
+    refused unroll is made. Records the version that decided each unroll's first step."""
+
+    def __init__(self, spec, rng, on_refused=lambda: None):
+        self.spec, self.rng, self.on_refused = spec, rng, on_refused
+        self.weight_version = self.first_step_version = -1
+        self.unrolls = 0
+        self.first_steps = []  # (first step's version, the unroll's version) of each unroll
+
+    def set_weights(self, weights, version):
+        self.weight_version = version
+
+    def decide_first_step_again(self):
+        self.first_step_version = self.weight_version
+
+    def unroll(self):
+        self.unrolls += 1
+        self.first_steps.append((self.first_step_version, self.weight_version))
+        self.first_step_version = self.weight_version
+        unroll = _unroll(self.spec, 2, self.rng, weight_version=self.weight_version)
+        if self.unrolls == 1:
+            unroll.steps.policy_logits[...] = 1e6  # beyond what the loss takes: refused
+            self.on_refused()
+        return unroll
+
+    def pop_episode_stats(self):
+        return []
+
+
 def test_a_synchronous_actor_whose_unroll_was_refused_acts_again_with_the_same_weights(
     make_service,
 ):
@@ -1431,23 +1462,7 @@ def test_a_synchronous_actor_whose_unroll_was_refused_acts_again_with_the_same_w
     client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
     rng = np.random.default_rng(5)
 
-    class _Player:  # the environments and the policy stand-in: not what is tested here
-        weight_version, unrolls = -1, 0
-
-        def set_weights(self, weights, version):
-            self.weight_version = version
-
-        def unroll(self):
-            self.unrolls += 1
-            unroll = _unroll(spec, 2, rng, weight_version=self.weight_version)
-            if self.unrolls == 1:
-                unroll.steps.policy_logits[...] = 1e6  # beyond what the loss takes: refused
-            return unroll
-
-        def pop_episode_stats(self):
-            return []
-
-    player = _Player()
+    player = _Player(spec, rng)
     config = types.SimpleNamespace(
         task=0, learner_address=address, num_envs=2, synchronous_collection=True
     )
@@ -1472,6 +1487,55 @@ def test_a_synchronous_actor_whose_unroll_was_refused_acts_again_with_the_same_w
     # waits for version 1.
     assert client.refused_chunks == 1 and service.queue_size == 2
     assert player.unrolls == 2 and player.weight_version == 0
+    assert player.first_steps == [(0, 0), (0, 0)]  # decided by version 0, not the first weights
+    service.close()
+    acting.join(10)
+    assert not acting.is_alive()
+
+
+def test_a_synchronous_actor_decides_the_first_step_again_whenever_newer_weights_came(
+    make_service,
+):
+    """Synchronous collection, lag 0 on every step: weights newer than those that decided the
+    next unroll's first step, fetched after a refused unroll (no wait for the next version) as
+    after a wait, have that step decided again before the unroll takes its action."""
+    from impala.actor import loop
+
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    learner_weights = [tf.Variable(np.ones(3, np.float32))]
+    service, address = make_service(spec, learner_weights, synchronous=True)
+    service.publish_weights(0)
+    client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
+    # The learner moves on to version 1 while the first (refused) unroll is acted.
+    player = _Player(spec, np.random.default_rng(6), on_refused=lambda: service.publish_weights(1))
+    config = types.SimpleNamespace(
+        task=0, learner_address=address, num_envs=2, synchronous_collection=True
+    )
+    failed = []
+
+    def act():
+        try:
+            loop._act(client, player, loop._Counts(), config, lambda line: None)
+        except LearnerFinishedError:
+            pass
+        except Exception as error:  # said by the test, not lost in the thread
+            failed.append(error)
+
+    acting = threading.Thread(target=act, daemon=True)
+    acting.start()
+    deadline = time.monotonic() + 20
+    while service.queue_size < 2 and not failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not failed, failed
+    assert client.refused_chunks == 1 and service.queue_size == 2
+    # The refused unroll by version 0; the next by version 1 on every step, its first too.
+    assert player.first_steps == [(0, 0), (1, 1)]
+    service.publish_weights(2)  # after a wait for the next version, the same
+    deadline = time.monotonic() + 20
+    while player.unrolls < 3 and not failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not failed, failed
+    assert player.first_steps[2] == (2, 2)
     service.close()
     acting.join(10)
     assert not acting.is_alive()
