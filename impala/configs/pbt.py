@@ -27,6 +27,11 @@ from impala.configs.declare import (
 # The hyperparameters PBT tunes (`Trainer.set_hyperparameters` changes them between steps), and
 # the range each is kept in after a perturbation.
 TUNED = {"learning_rate": (1e-6, 1e-2), "entropy_cost": (1e-5, 0.1)}
+# The most games a policy may be ranked on (Sample Factory's --stats_avg is 100). Each policy
+# keeps them in pbt_state.json once for each checkpoint kept, which a resume reads only up to
+# `population.MAX_STATE_FILE_BYTES` (64 MiB): at this bound an entry is about 150 KB at most,
+# so several hundred kept checkpoints fit. A Pong policy played 1,425 games in 10M frames.
+MAX_OBJECTIVE_GAMES = 10_000
 
 
 def check_given(given: Iterable[str], with_pbt: bool) -> None:
@@ -176,7 +181,7 @@ class PbtConfig:
         "Factory's --stats_avg), counted since it last copied another; with fewer than a "
         "quarter of them it sits a look out.",
         flag="pbt_objective_games",
-        check=at_least(4),
+        check=within(4, MAX_OBJECTIVE_GAMES),
     )
 
     initial_hyperparameters: str = setting(

@@ -271,6 +271,14 @@ def _check_as_launcher(*argv):
             "--pbt_period_env_steps=0: must be at least 1",
         ),
         (
+            ["--num_policies=2", "--with_pbt", "--pbt_objective_games=10001"],
+            "--pbt_objective_games=10001: must be in [4, 10000]",
+        ),
+        (
+            ["--num_policies=2", "--with_pbt", "--pbt_objective_games=3"],
+            "--pbt_objective_games=3: must be in [4, 10000]",
+        ),
+        (
             ["--num_policies=2", "--with_pbt", '--pbt_initial_hyperparameters={"2": {}}'],
             "--pbt_initial_hyperparameters: policy 2: must be a JSON object of hyperparameters",
         ),
