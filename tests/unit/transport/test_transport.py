@@ -1447,50 +1447,65 @@ class _Player:
         return []
 
 
+class _SynchronousActing:
+    """`loop._act` of a synchronous-collection actor, in a thread, on `_Player`'s unrolls, for a
+    learner's service that has published version 0; `on_refused(service)` runs as the first
+    (refused) unroll is made."""
+
+    def __init__(self, make_service, seed, on_refused=lambda service: None):
+        from impala.actor import loop
+
+        spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+        self.service, address = make_service(
+            spec, [tf.Variable(np.ones(3, np.float32))], synchronous=True
+        )
+        self.service.publish_weights(0)
+        self.client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
+        rng = np.random.default_rng(seed)
+        self.player = _Player(spec, rng, on_refused=lambda: on_refused(self.service))
+        config = types.SimpleNamespace(
+            task=0, learner_address=address, num_envs=2, synchronous_collection=True
+        )
+        self.failed = []
+
+        def act():
+            try:
+                loop._act(self.client, self.player, loop._Counts(), config, lambda line: None)
+            except LearnerFinishedError:
+                pass
+            except Exception as error:  # said by the test, not lost in the thread
+                self.failed.append(error)
+
+        self.thread = threading.Thread(target=act, daemon=True)
+        self.thread.start()
+
+    def wait_until(self, condition):
+        deadline = time.monotonic() + 20
+        while not condition() and not self.failed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not self.failed, self.failed
+
+    def stop(self):
+        self.service.close()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
 def test_a_synchronous_actor_whose_unroll_was_refused_acts_again_with_the_same_weights(
     make_service,
 ):
     """Synchronous collection: an unroll the learner refused takes no place in its round, so
     the actor acts again with the weights it holds, rather than wait for weights that the
     learner, one unroll short, would never publish."""
-    from impala.actor import loop
-
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    learner_weights = [tf.Variable(np.ones(3, np.float32))]
-    service, address = make_service(spec, learner_weights, synchronous=True)
-    service.publish_weights(0)
-    client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
-    rng = np.random.default_rng(5)
-
-    player = _Player(spec, rng)
-    config = types.SimpleNamespace(
-        task=0, learner_address=address, num_envs=2, synchronous_collection=True
-    )
-
-    failed = []
-
-    def act():
-        try:
-            loop._act(client, player, loop._Counts(), config, lambda line: None)
-        except LearnerFinishedError:
-            pass
-        except Exception as error:  # said by the test, not lost in the thread
-            failed.append(error)
-
-    acting = threading.Thread(target=act, daemon=True)
-    acting.start()
-    deadline = time.monotonic() + 20
-    while service.queue_size < 2 and not failed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not failed, failed
+    acting = _SynchronousActing(make_service, seed=5)
+    acting.wait_until(lambda: acting.service.queue_size >= 2)
     # The first unroll refused, the second (the same weights, version 0) queued; then the actor
     # waits for version 1.
-    assert client.refused_chunks == 1 and service.queue_size == 2
-    assert player.unrolls == 2 and player.weight_version == 0
-    assert player.first_steps == [(0, 0), (0, 0)]  # decided by version 0, not the first weights
-    service.close()
-    acting.join(10)
-    assert not acting.is_alive()
+    assert acting.client.refused_chunks == 1 and acting.service.queue_size == 2
+    assert acting.player.unrolls == 2 and acting.player.weight_version == 0
+    # Decided by version 0, not by the weights before the first fetch.
+    assert acting.player.first_steps == [(0, 0), (0, 0)]
+    acting.stop()
 
 
 def test_a_synchronous_actor_decides_the_first_step_again_whenever_newer_weights_came(
@@ -1499,43 +1514,13 @@ def test_a_synchronous_actor_decides_the_first_step_again_whenever_newer_weights
     """Synchronous collection, lag 0 on every step: weights newer than those that decided the
     next unroll's first step, fetched after a refused unroll (no wait for the next version) as
     after a wait, have that step decided again before the unroll takes its action."""
-    from impala.actor import loop
-
-    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
-    learner_weights = [tf.Variable(np.ones(3, np.float32))]
-    service, address = make_service(spec, learner_weights, synchronous=True)
-    service.publish_weights(0)
-    client = _client(address, spec, variables=[tf.Variable(np.zeros(3, np.float32))])
     # The learner moves on to version 1 while the first (refused) unroll is acted.
-    player = _Player(spec, np.random.default_rng(6), on_refused=lambda: service.publish_weights(1))
-    config = types.SimpleNamespace(
-        task=0, learner_address=address, num_envs=2, synchronous_collection=True
-    )
-    failed = []
-
-    def act():
-        try:
-            loop._act(client, player, loop._Counts(), config, lambda line: None)
-        except LearnerFinishedError:
-            pass
-        except Exception as error:  # said by the test, not lost in the thread
-            failed.append(error)
-
-    acting = threading.Thread(target=act, daemon=True)
-    acting.start()
-    deadline = time.monotonic() + 20
-    while service.queue_size < 2 and not failed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not failed, failed
-    assert client.refused_chunks == 1 and service.queue_size == 2
+    acting = _SynchronousActing(make_service, 6, lambda service: service.publish_weights(1))
+    acting.wait_until(lambda: acting.service.queue_size >= 2)
+    assert acting.client.refused_chunks == 1 and acting.service.queue_size == 2
     # The refused unroll by version 0; the next by version 1 on every step, its first too.
-    assert player.first_steps == [(0, 0), (1, 1)]
-    service.publish_weights(2)  # after a wait for the next version, the same
-    deadline = time.monotonic() + 20
-    while player.unrolls < 3 and not failed and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not failed, failed
-    assert player.first_steps[2] == (2, 2)
-    service.close()
-    acting.join(10)
-    assert not acting.is_alive()
+    assert acting.player.first_steps == [(0, 0), (1, 1)]
+    acting.service.publish_weights(2)  # after a wait for the next version, the same
+    acting.wait_until(lambda: acting.player.unrolls >= 3)
+    assert acting.player.first_steps[2] == (2, 2)
+    acting.stop()
