@@ -7,14 +7,19 @@ from impala import single_process
 from impala.configs import GameConfig, LearnerConfig
 
 
-def test_trains_to_its_budget_and_reports_the_games_played():
-    config = single_process.LocalConfig(
+def _catch(log_every_secs, **learner):
+    """Catch with the MLP agent and the learner settings given."""
+    return single_process.LocalConfig(
         game=GameConfig(level_name="impala/Catch-v0"),
         agent_name="MLPAgent",
-        log_every_secs=0.0,
-        learner=LearnerConfig(
-            batch_size=4, unroll_length=10, learning_rate=0.001, total_environment_frames=2000
-        ),
+        log_every_secs=log_every_secs,
+        learner=LearnerConfig(**learner),
+    )
+
+
+def test_trains_to_its_budget_and_reports_the_games_played():
+    config = _catch(
+        0.0, batch_size=4, unroll_length=10, learning_rate=0.001, total_environment_frames=2000
     )
     lines = []
     env, agent = single_process.build(config)
@@ -58,13 +63,8 @@ def test_every_step_it_trains_on_was_decided_with_the_weights_it_trains(monkeypa
             return super().learn(batch, frames)
 
     monkeypatch.setattr(single_process, "Trainer", Recording)
-    config = single_process.LocalConfig(
-        game=GameConfig(level_name="impala/Catch-v0"),
-        agent_name="MLPAgent",
-        log_every_secs=1e9,
-        learner=LearnerConfig(
-            batch_size=2, unroll_length=5, learning_rate=0.01, total_environment_frames=100
-        ),
+    config = _catch(
+        1e9, batch_size=2, unroll_length=5, learning_rate=0.01, total_environment_frames=100
     )
     env, agent = single_process.build(config)
     with env:
