@@ -39,7 +39,8 @@ from impala.transport.server import MAX_STATE_WAITERS
 STATE_FILE = "pbt_state.json"
 # The most `STATE_FILE` may hold: an entry for each kept checkpoint, which
 # --keep_checkpoint_every_frames may make many over a long run, of about 200 bytes and the
-# policy's last --pbt_objective_games returns (at most `pbt.MAX_OBJECTIVE_GAMES`: 150 KB).
+# policy's last --pbt_objective_games returns (`impala.configs.pbt.MAX_OBJECTIVE_GAMES` at most:
+# about 320 KB).
 MAX_STATE_FILE_BYTES = 64 << 20
 LOG_FILE = "pbt.jsonl"
 # How long rank 0 waits for another policy's status, and for its state (which that learner

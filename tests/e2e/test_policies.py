@@ -110,12 +110,13 @@ def test_catch_is_learned_and_a_useless_policy_copies_the_better_one_and_a_resum
     # Catch learned from pixels: the shallow conv net, each policy's learner and actor over
     # gRPC, on a game whose right action depends on where the ball is in an 84x84x4 uint8
     # picture and whose reward comes 9 steps after the first decision. A random policy scores
-    # about -0.75 (18 catches in 20 games would take it a miracle); a broken loss, scrambled
+    # about -0.75 (15 catches in 20 games would take it a miracle); a broken loss, scrambled
     # observations, misaligned rewards or actors acting with weights other than the learner's
     # keep it there. Of 24 policies learning from scratch on 2026-12-07 (seeds 0 to 3, with and
     # without PBT, two at a time beside a training run), 22 passed 0.8 by 14.2k frames; two, both
-    # policy 0 of this test, were slow: one (beside the training run) at -0.3 at 10k, its entropy
-    # term at a fifth of its start's by 17k, best 20 games 0.6 in 30k; the other (CI) best 0.7.
+    # policy 0 of this test, were slow: one (beside the training run) at -0.3 at 10k, before the
+    # test's stop, its entropy term at a fifth of its start's by 17k, best 20 games 0.6 in 30k;
+    # the other (CI) best 0.7.
     # Slow, but learned. So the bound is 15 catches in 20 (0.5) at best and at least 10 (0.0) at
     # the end, which a random policy's 2 or 3 never reach (its mean of 20 games is -0.75, give or
     # take 0.15). It was stopped and resumed midway, so a

@@ -1484,6 +1484,7 @@ class _SynchronousActing:
         while not condition() and not self.failed and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not self.failed, self.failed
+        assert condition(), "not within 20 s"
 
     def stop(self):
         self.service.close()
