@@ -52,9 +52,6 @@ class Actor:
         self._policy = tf.function(self._policy_step, autograph=False)  # no tensor control flow
         self._core_state = agent.initial_state(env.num_envs)
         self.weight_version = -1
-        # The weight version that decided the next unroll's first step (its action is taken
-        # when that unroll begins): see `decide_first_step_again`.
-        self.first_step_version = -1
         first = env.reset()
         self._last_step = self._act(
             prev_action=np.zeros(env.num_envs, np.int32),
@@ -89,7 +86,6 @@ class Actor:
                 )
             )
         self._last_step = time_steps[-1]
-        self.first_step_version = self.weight_version
         return Unroll(
             agent_state=initial_state,
             steps=Steps(*(np.stack(field) for field in zip(*time_steps, strict=True))),
@@ -110,7 +106,6 @@ class Actor:
         last = self._last_step
         self._core_state = self._core_state_before_last
         self._last_step = self._act(last.prev_action, last.reward, last.done, last.observation)
-        self.first_step_version = self.weight_version
 
     def pop_episode_stats(self) -> list[envs.EpisodeStats]:
         """Episodes that really finished (whole games) since the last call."""
@@ -118,8 +113,10 @@ class Actor:
 
     def _act(self, prev_action, reward, done, observation) -> Steps:
         # The state before this step is what the learner must start from if this step opens
-        # the next unroll.
+        # the next unroll; the version deciding it, that of the next unroll's first step (whose
+        # action is taken when that unroll begins: see `decide_first_step_again`).
         self._core_state_before_last = self._core_state
+        self.first_step_version = self.weight_version
         inputs = networks.make_input(prev_action, reward, done, observation)
         action, logits, self._core_state = self._policy(inputs, self._core_state)
         return Steps(
