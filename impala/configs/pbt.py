@@ -28,9 +28,9 @@ from impala.configs.declare import (
 # the range each is kept in after a perturbation.
 TUNED = {"learning_rate": (1e-6, 1e-2), "entropy_cost": (1e-5, 0.1)}
 # The most games a policy may be ranked on (Sample Factory's --stats_avg is 100). Each policy
-# keeps them in pbt_state.json once for each checkpoint kept, which a resume reads only up to
-# `population.MAX_STATE_FILE_BYTES` (64 MiB): at this bound an entry is at most about 320 KB
-# (a return written in full, one a line), so about 200 kept checkpoints fit. A Pong policy
+# keeps them in pbt_state.json for its newest few checkpoints (`population.ENTRIES_WITH_RETURNS`),
+# a file a resume reads only up to `population.MAX_STATE_FILE_BYTES` (64 MiB): at this bound
+# they take at most about 320 KB each (a return written in full, one a line). A Pong policy
 # played 1,425 games in 10M frames.
 MAX_OBJECTIVE_GAMES = 10_000
 

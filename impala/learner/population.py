@@ -37,12 +37,18 @@ from impala.transport.peers import PolicyPeer
 from impala.transport.server import MAX_STATE_WAITERS
 
 STATE_FILE = "pbt_state.json"
-# The most `STATE_FILE` may hold: an entry for each kept checkpoint, which
-# --keep_checkpoint_every_frames may make many over a long run, of about 200 bytes and the
-# policy's last --pbt_objective_games returns (`impala.configs.pbt.MAX_OBJECTIVE_GAMES` at most:
-# about 320 KB).
+# The most `STATE_FILE` may hold: an entry of about 200 bytes for each kept checkpoint, which
+# --keep_checkpoints and --keep_checkpoint_every_frames may make many over a long run, and in
+# the newest `ENTRIES_WITH_RETURNS` entries the policy's last --pbt_objective_games returns
+# (`impala.configs.pbt.MAX_OBJECTIVE_GAMES` at most: about 320 KB each). So 64 MiB holds
+# about 300,000 kept checkpoints.
 MAX_STATE_FILE_BYTES = 64 << 20
+# The entries that keep the games the policy is ranked on: a resume restores the newest
+# checkpoint, or one of the few before it when the newest cannot be read; one from an older
+# entry (a checkpoint kept by --keep_checkpoint_every_frames) starts its window of games empty.
+ENTRIES_WITH_RETURNS = 4
 LOG_FILE = "pbt.jsonl"
+_REMEDY = "; remove it to resume with the flags' hyperparameters"
 # How long rank 0 waits for another policy's status, and for its state (which that learner
 # takes between two of its steps: `server.STATE_WAIT_SECS`).
 STATUS_TIMEOUT_SECS = 5.0
@@ -136,12 +142,16 @@ class Population:
         from it must take (rank 0 with a run folder, before the checkpoint is written)."""
         checkpoint_dir = self._checkpoint_dir
         kept, _ = checkpoints.listed(checkpoint_dir)
-        names = {os.path.basename(path) for path in kept}
-        entries = {
-            name: entry
-            for name, entry in _read_state(checkpoint_dir, quiet=True).items()
-            if name in names
-        }
+        names = [os.path.basename(path) for path in kept]  # oldest first
+        try:
+            earlier = _read_state(checkpoint_dir)
+        except PbtStateError as error:
+            problem = str(error).removesuffix(_REMEDY)
+            self._report(f"pbt: {problem}; writing it again with this checkpoint's entry only")
+            earlier = {}
+        entries = {name: dict(earlier[name]) for name in names if name in earlier}
+        for name in names[: max(len(names) - (ENTRIES_WITH_RETURNS - 1), 0)]:
+            entries.get(name, {}).pop("returns", None)
         entries[os.path.basename(checkpoints.path_of(checkpoint_dir, version))] = {
             "hyperparameters": self._hyperparameters(),
             "next_look": self.next_look,
@@ -399,28 +409,23 @@ def _describe(hyperparameters) -> str:
     )
 
 
-def _read_state(checkpoint_dir: str, quiet: bool = False) -> dict[str, dict]:
+def _read_state(checkpoint_dir: str) -> dict[str, dict]:
     """The entries of `pbt_state.json` ({} if there is none).
 
     Raises:
-      PbtStateError: one line naming the file, if it is not what this module writes (unless
-        `quiet`, which gives {} and leaves it to be rewritten).
+      PbtStateError: one line naming the file, if it is not what this module writes (a
+        resume stops on it; a save reports it and writes the file again).
     """
     path = os.path.join(checkpoint_dir, STATE_FILE)
-    remedy = "; remove it to resume with the flags' hyperparameters"
     try:
         entries = run_folder.read_json(path, MAX_STATE_FILE_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except ValueError as error:
-        if quiet:
-            return {}
-        raise PbtStateError(f"{error}{remedy}") from None
+        raise PbtStateError(f"{error}{_REMEDY}") from None
     if isinstance(entries, dict) and all(_is_entry(entry) for entry in entries.values()):
         return entries
-    if quiet:
-        return {}
-    raise PbtStateError(f"{path}: not population-based training's state file{remedy}")
+    raise PbtStateError(f"{path}: not population-based training's state file{_REMEDY}")
 
 
 def _is_entry(entry: object) -> bool:

@@ -374,9 +374,50 @@ def test_a_damaged_state_file_is_one_line_naming_it_and_rewritten_only_at_a_save
     assert "\n" not in str(error.value) and str(error.value).endswith(
         "; remove it to resume with the flags' hyperparameters"
     )
-    # A save (which writes its own entry afresh) does not stop for it.
-    assert population._read_state(str(tmp_path), quiet=True) == {}
     assert path.read_bytes() == content
+
+
+def test_a_save_over_a_damaged_state_file_says_so_and_writes_it_again(tmp_path):
+    run_dir = tmp_path / "policy_0"
+    path = run_dir / "checkpoints" / population.STATE_FILE
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"{")
+    said = []
+    member = population.Population(
+        _config(0), _Trainer(), _variables(), str(run_dir), True, said.append, "0" * 64
+    )
+    member.before_save(version=7)
+    member.close()
+    assert len(said) == 1 and said[0].startswith(f"pbt: {path}: not valid JSON (")
+    assert said[0].endswith("); writing it again with this checkpoint's entry only")
+    assert list(json.loads(path.read_text())) == ["ckpt-7"]
+
+
+def test_only_the_newest_entries_keep_their_games_so_many_kept_checkpoints_stay_small(tmp_path):
+    """--keep_checkpoint_every_frames may keep thousands of checkpoints; each entry keeping
+    up to 10,000 returns would pass the size a resume reads."""
+    from impala.learner import checkpoint_folder
+
+    run_dir = tmp_path / "policy_0"
+    folder = run_dir / "checkpoints"
+    folder.mkdir(parents=True)
+    kept = [f"ckpt-{version}" for version in range(1, 7)]
+    checkpoint_folder.write_state(str(folder), [str(folder / name) for name in kept])
+    entry = {"hyperparameters": HYPERPARAMETERS, "next_look": 5, "generation": 0}
+    earlier = {name: {**entry, "returns": [1.0] * 1000} for name in [*kept, "ckpt-0"]}
+    (folder / population.STATE_FILE).write_text(json.dumps(earlier))
+    member = population.Population(
+        _config(0), _Trainer(), _variables(), str(run_dir), True, print, "0" * 64
+    )
+    member.record(np.array([-21.0]))
+    member.before_save(version=7)
+    member.close()
+    entries = json.loads((folder / population.STATE_FILE).read_text())
+    with_games = [name for name in entries if "returns" in entries[name]]
+    assert sorted(entries) == sorted([*kept, "ckpt-7"])  # ckpt-0 is no longer kept
+    assert sorted(with_games) == ["ckpt-4", "ckpt-5", "ckpt-6", "ckpt-7"]
+    assert len(with_games) == population.ENTRIES_WITH_RETURNS
+    assert entries["ckpt-1"] == entry and entries["ckpt-7"]["returns"] == [-21.0]
 
 
 @pytest.mark.timeout(60)
