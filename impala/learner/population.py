@@ -7,8 +7,9 @@ copies a donor's state when the rule says so. Its learners take the decision tog
 broadcasts it and, after a copy, its variables (Horovod, within the policy's learners only).
 
 What it keeps across a restart: the hyperparameters, the frames of the next look and the
-number of copies, for each checkpoint, in `pbt_state.json` beside the checkpoints (written
-before the checkpoint, so that the checkpoint a resume restores always has its entry). Every
+number of copies, for each checkpoint, and the games it is ranked on for the newest few, in
+`pbt_state.json` beside the checkpoints (written before the checkpoint, so that the checkpoint
+a resume restores always has its entry). Every
 look is a line of `pbt.jsonl` in the policy's folder, and points under pbt/ in TensorBoard.
 """
 
@@ -45,7 +46,8 @@ STATE_FILE = "pbt_state.json"
 MAX_STATE_FILE_BYTES = 64 << 20
 # The entries that keep the games the policy is ranked on: a resume restores the newest
 # checkpoint, or one of the few before it when the newest cannot be read; one from an older
-# entry (a checkpoint kept by --keep_checkpoint_every_frames) starts its window of games empty.
+# entry (kept by --keep_checkpoint_every_frames, or by a --keep_checkpoints above 3) starts its
+# window of games empty.
 ENTRIES_WITH_RETURNS = 4
 LOG_FILE = "pbt.jsonl"
 _REMEDY = "; remove it to resume with the flags' hyperparameters"
@@ -141,8 +143,11 @@ class Population:
         """Records, for the checkpoint about to be written at weight `version`, what a resume
         from it must take (rank 0 with a run folder, before the checkpoint is written)."""
         checkpoint_dir = self._checkpoint_dir
+        new = os.path.basename(checkpoints.path_of(checkpoint_dir, version))
         kept, _ = checkpoints.listed(checkpoint_dir)
-        names = [os.path.basename(path) for path in kept]  # oldest first
+        # Oldest first; without the new one, listed already if a save at this version was
+        # written before (the last save of a run that stops just after a periodic one).
+        names = [os.path.basename(path) for path in kept if os.path.basename(path) != new]
         try:
             earlier = _read_state(checkpoint_dir)
         except PbtStateError as error:
@@ -152,7 +157,7 @@ class Population:
         entries = {name: dict(earlier[name]) for name in names if name in earlier}
         for name in names[: max(len(names) - (ENTRIES_WITH_RETURNS - 1), 0)]:
             entries.get(name, {}).pop("returns", None)
-        entries[os.path.basename(checkpoints.path_of(checkpoint_dir, version))] = {
+        entries[new] = {
             "hyperparameters": self._hyperparameters(),
             "next_look": self.next_look,
             "generation": self.generation,
@@ -429,8 +434,8 @@ def _read_state(checkpoint_dir: str) -> dict[str, dict]:
 
 
 def _is_entry(entry: object) -> bool:
-    """Whether `entry` is one `before_save` writes (without `returns`: written before
-    2026-12-07, when a resume's window of games started empty)."""
+    """Whether `entry` is one `before_save` writes (without `returns`: older than the newest
+    `ENTRIES_WITH_RETURNS`, or written before 2026-12-07)."""
     return (
         isinstance(entry, dict)
         and set(entry) - {"returns"} == {"hyperparameters", "next_look", "generation"}

@@ -411,13 +411,19 @@ def test_only_the_newest_entries_keep_their_games_so_many_kept_checkpoints_stay_
     )
     member.record(np.array([-21.0]))
     member.before_save(version=7)
-    member.close()
     entries = json.loads((folder / population.STATE_FILE).read_text())
     with_games = [name for name in entries if "returns" in entries[name]]
     assert sorted(entries) == sorted([*kept, "ckpt-7"])  # ckpt-0 is no longer kept
     assert sorted(with_games) == ["ckpt-4", "ckpt-5", "ckpt-6", "ckpt-7"]
     assert len(with_games) == population.ENTRIES_WITH_RETURNS
     assert entries["ckpt-1"] == entry and entries["ckpt-7"]["returns"] == [-21.0]
+
+    # A run's last save at the version of a periodic save just before it: the same four.
+    checkpoint_folder.write_state(str(folder), [str(folder / f"ckpt-{v}") for v in range(1, 8)])
+    member.before_save(version=7)
+    member.close()
+    entries = json.loads((folder / population.STATE_FILE).read_text())
+    assert sorted(name for name in entries if "returns" in entries[name]) == sorted(with_games)
 
 
 @pytest.mark.timeout(60)
