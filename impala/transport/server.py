@@ -139,6 +139,7 @@ class LearnerService:
         self._state_reply = b""
         self._state_count = 0
         self._state_waiters = 0
+        self._replies = serving.ReplyBudget()
         self._authenticator = Authenticator(secret, self._refusals.count_wrong_secret)
         self._server = serving.serve(
             address, self._behaviours(), self._authenticator, spec.max_enqueue_bytes, tls
@@ -163,6 +164,12 @@ class LearnerService:
     def refusing_hosts(self) -> dict[str, int]:
         """Calls refused for the secret since this learner started, by the caller's host."""
         return self._authenticator.by_host()
+
+    @property
+    def unread_replies(self) -> dict[str, int]:
+        """Large replies (weights, PBT states) since this learner started: refused while those
+        unread filled `serving.MAX_REPLY_BYTES_OUT`, and cancelled after long unread."""
+        return {"refused": self._replies.refused, "cancelled": self._replies.cancelled}
 
     @property
     def connections(self) -> dict[int, int]:
@@ -396,7 +403,9 @@ class LearnerService:
             return _FINISHED_REPLY
         reply = self._weights_reply  # one read: the version and the weights it names
         (version,) = VERSION.unpack_from(reply)
-        return reply[: VERSION.size] if version in (held, NO_WEIGHTS_VERSION) else reply
+        if version in (held, NO_WEIGHTS_VERSION):
+            return reply[: VERSION.size]
+        return self._replies.send(reply, context)
 
     def _policy_status(self, request: bytes, context) -> bytes:
         if request:
@@ -428,7 +437,8 @@ class LearnerService:
                     return b""
             finally:
                 self._state_waiters -= 1
-            return self._state_reply if self._state_count > asked else b""
+            reply = self._state_reply if self._state_count > asked else b""
+        return self._replies.send(reply, context) if reply else reply
 
 
 # How long a `PolicyState` call waits for the learner to take its snapshot: a step, or the

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import resource
 import socket
+import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
 
@@ -19,10 +22,21 @@ from impala.transport.authentication import Authenticator
 from impala.transport.wire import ProtocolError
 
 # Threads that run calls, and calls under way at once (more are answered RESOURCE_EXHAUSTED at
-# once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that calls can
-# hold on a learner are bounded by about 128 x 3 MiB, whatever callers do.
+# once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that requests
+# can hold on a learner are bounded by about 128 x 3 MiB, whatever callers do. A call's place
+# is free once its handler returns, while gRPC holds its reply until the caller reads it: the
+# large replies (weights, a population-based training state) are bounded by `ReplyBudget`.
 SERVER_THREADS = 8
 MAX_CONCURRENT_CALLS = 128
+# Bytes of large replies that callers have not read yet, at most (but at least
+# `MIN_REPLIES_OUT` replies, whatever their size): past it a call ends RESOURCE_EXHAUSTED and an
+# actor tries again. Without it a caller with the secret that never reads (its HTTP/2 window
+# shut) made a learner hold 4 MiB of weights per call, 773 MiB for 192 calls, until it hung up.
+MAX_REPLY_BYTES_OUT = 256 << 20
+MIN_REPLIES_OUT = 4
+# A large reply still unread this long after it was sent is cancelled (when the next one is
+# sent): an actor's call has given up by then (`client.py`'s deadline of 30 s).
+REPLY_DELIVERY_SECS = 60.0
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
 # Connections open at once, at most half the process's open-file limit (`connection_cap`),
@@ -103,6 +117,58 @@ def serve(
         cap * listeners,
     )
     return server
+
+
+class ReplyBudget:
+    """The large replies a server has sent and its callers have not read yet, within
+    `MAX_REPLY_BYTES_OUT`; each leaves when its call ends (read, failed or cancelled)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._max_bytes, self._deadline_secs = MAX_REPLY_BYTES_OUT, REPLY_DELIVERY_SECS
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keys = itertools.count()
+        self._out: dict[int, tuple[grpc.ServicerContext, int, float]] = {}
+        self.refused = 0  # calls ended RESOURCE_EXHAUSTED for want of room
+        self.cancelled = 0  # replies cancelled unread after `REPLY_DELIVERY_SECS`
+
+    @property
+    def bytes_out(self) -> int:
+        with self._lock:
+            return sum(size for _, size, _ in self._out.values())
+
+    def send(self, reply: bytes, context: grpc.ServicerContext) -> bytes:
+        """`reply`, counted until its call ends; or the call ended RESOURCE_EXHAUSTED (raises,
+        through `context.abort`) when the replies unread already fill the budget."""
+        now = self._clock()
+        with self._lock:
+            late = [k for k, (_, _, sent) in self._out.items() if now - sent > self._deadline_secs]
+            late_contexts = [self._out.pop(key)[0] for key in late]
+            self.cancelled += len(late)
+        for late_context in late_contexts:
+            late_context.cancel()  # gRPC frees the reply; its callback finds it gone
+        if late:
+            _log.warning("cancelled %d replies left unread for %gs", len(late), self._deadline_secs)
+        with self._lock:
+            held = sum(size for _, size, _ in self._out.values())
+            room = len(self._out) < MIN_REPLIES_OUT or held + len(reply) <= self._max_bytes
+            if room:
+                key = next(self._keys)
+                self._out[key] = (context, len(reply), now)
+            else:
+                self.refused += 1
+        if not room:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{held} bytes of replies are waiting to be read; try again",
+            )
+        if not context.add_callback(lambda: self._release(key)):
+            self._release(key)  # the call has ended already
+        return reply
+
+    def _release(self, key: int) -> None:
+        with self._lock:
+            self._out.pop(key, None)
 
 
 def connection_cap(listeners: int = 1) -> int:

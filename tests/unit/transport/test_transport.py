@@ -44,6 +44,8 @@ from impala.transport.authentication import Authenticator
 from impala.transport.queueing import TrajectoryQueue
 from impala.transport.roster import ROOM_ASKING_SECS
 from impala.transport.serving import check_listening_address
+from tests.helpers import wait_until
+from tests.raw_http2 import UnreadingCaller
 
 IDENTITY = {"level_name": "PongNoFrameskip-v4", "agent": "ResNetLSTMAgent", "unroll_length": 4}
 SECRET = "5e" * 32  # a run secret: 64 hexadecimal digits
@@ -935,6 +937,56 @@ def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
     service, _ = make_service(spec)
     episodes = service.pop_episodes()
     assert all(field.shape == (0,) for field in episodes)
+
+
+# ---- Large replies left unread ---------------------------------------------------------------
+
+
+def test_weights_a_caller_never_reads_are_held_within_a_budget_and_cancelled_when_late(
+    make_service, monkeypatch
+):
+    """A caller with the secret, over a bare socket, asks for the weights again and again and
+    never reads them (each stream's HTTP/2 window shut): gRPC frees each call's place when its
+    handler returns but keeps its reply, so the learner held every reply until the caller hung
+    up. Now those unread stay within the budget, calls past it end RESOURCE_EXHAUSTED (an
+    actor tries again), and replies left unread too long are cancelled, freeing the room."""
+    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 6 << 20)
+    monkeypatch.setattr(serving, "REPLY_DELIVERY_SECS", 3.0)
+    weights = tf.Variable(tf.zeros([1 << 18]))  # 1 MiB a reply
+    service, address = make_service(_lstm_spec(), variables=[weights])
+    service.publish_weights(7)
+    reply_bytes = wire.VERSION.size + (1 << 20)
+    held = (6 << 20) // reply_bytes  # 5
+    host, port = address.rsplit(":", 1)
+    calls = 30  # within one connection's streams at once (serving.MAX_STREAMS_PER_CONNECTION)
+    with UnreadingCaller(host, int(port)) as caller:
+        streams = [
+            caller.call(
+                wire.method_path("Weights"),
+                wire.VERSION.pack(-1),
+                metadata=[(wire.SECRET_KEY, SECRET)],
+            )
+            for _ in range(calls)
+        ]
+        wait_until(
+            lambda: service.unread_replies["refused"] == calls - held,
+            10,
+            lambda: f"refused {service.unread_replies}",
+        )
+        assert service._replies.bytes_out == held * reply_bytes
+        # The refused calls ended; the held ones wait for a read that never comes.
+        wait_until(lambda: len(caller.ended) == calls - held, 10, lambda: caller.ended)
+        assert not caller.ended & set(streams[:held])
+        assert _raw_call(address, "Weights", wire.VERSION.pack(-1)) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
+        assert _raw_call(address, "Weights", wire.VERSION.pack(7)) == wire.VERSION.pack(7)
+        time.sleep(3.5)
+        # Late now: the next reply sent cancels them, and is itself read.
+        assert len(_raw_call(address, "Weights", wire.VERSION.pack(-1))) == reply_bytes
+        assert service.unread_replies == {"refused": calls - held + 1, "cancelled": held}
+        wait_until(lambda: set(streams[:held]) <= caller.ended, 10, lambda: caller.ended)
+        wait_until(lambda: service._replies.bytes_out == 0, 10, service.unread_replies)
 
 
 # ---- Population-based training's calls -------------------------------------------------------
