@@ -246,7 +246,10 @@ class Population:
         """Rank 0: assigns policy `donor`'s state to this learner's variables; returns its
         header. Raises PbtStateError (nothing assigned) if it did not come or is unusable."""
         started = time.monotonic()
-        answer = self._peers[donor].state(STATE_TIMEOUT_SECS)
+        peer = self._peers[donor]
+        answer = peer.state(STATE_TIMEOUT_SECS)
+        if answer is None and peer.last_failure and "DEADLINE_EXCEEDED" not in peer.last_failure:
+            raise PbtStateError(f"policy {donor} did not give its state ({peer.last_failure})")
         if answer is None:
             waited = time.monotonic() - started
             if waited < STATE_TIMEOUT_SECS - 1:

@@ -165,7 +165,7 @@ def summary(learning: Learning, progress: Progress) -> dict:
         "episodes_ignored": counters.episodes_ignored,
         # Calls refused for the secret, by the caller's host ("ipv4:10.0.0.7").
         "refusing_hosts": service.refusing_hosts,
-        # Weights or PBT states: refused while callers left too many unread, and cancelled
+        # Calls refused while callers left too many replies unread, and replies cancelled
         # after long unread (`serving.ReplyBudget`).
         "unread_replies": service.unread_replies,
         "stopped_early": not progress.done,

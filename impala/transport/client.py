@@ -7,6 +7,7 @@ docstring).
 from __future__ import annotations
 
 import math
+import random
 import time
 from typing import Any
 
@@ -47,9 +48,12 @@ from impala.transport.wire import (
 # pause must stay well below that.
 _ROOM_FIRST_PAUSE_SECS = 0.002
 _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
-# A learner at its bound of calls under way answers RESOURCE_EXHAUSTED: the call is tried again
-# after this pause, doubling, until the call's deadline.
+# A learner at its bound of calls under way, or of replies not yet read, answers
+# RESOURCE_EXHAUSTED: the call is tried again after a pause, doubling up to the most, each drawn
+# between half and all of it so that actors refused together do not all come back together,
+# until the call's deadline; then the actor reconnects (`LearnerUnreachableError`).
 _BUSY_FIRST_PAUSE_SECS = 0.01
+_BUSY_MAX_PAUSE_SECS = 1.0
 
 
 def open_channel(address: str, options: list[tuple[str, int]], tls=None) -> grpc.Channel:
@@ -334,8 +338,8 @@ class ActorClient:
                 busy = error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 if not busy or time.monotonic() + pause > deadline:
                     raise self._translated(error, method) from None
-            time.sleep(pause)
-            pause *= 2
+            time.sleep(random.uniform(pause / 2, pause))
+            pause = min(2 * pause, _BUSY_MAX_PAUSE_SECS)
             future = self._start_call(method, request)
 
     def _translated(self, error: grpc.RpcError, method: str) -> Exception:
@@ -344,6 +348,11 @@ class ActorClient:
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return LearnerUnreachableError(
                 f"{method} call to learner {self._address} failed: {details or code.name}"
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return LearnerUnreachableError(
+                f"learner {self._address} was too busy to answer {method} for "
+                f"{self._timeout_secs:g} s ({details or code.name})"
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grpc
 
+from impala.printable import printable
 from impala.transport import wire
 from impala.transport.client import open_channel
 
@@ -25,6 +26,8 @@ class PolicyPeer:
           tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
         """
         self.address = address
+        # Why the last call ended without an answer ("RESOURCE_EXHAUSTED: ..."), or None.
+        self.last_failure: str | None = None
         self._metadata = ((wire.SECRET_KEY, secret),)
         self._channel = open_channel(
             address, [("grpc.max_receive_message_length", max_state_bytes)], tls
@@ -45,9 +48,12 @@ class PolicyPeer:
         return answer or None
 
     def _ask(self, method, timeout_secs: float) -> bytes | None:
+        self.last_failure = None
         try:
             return method(b"", timeout=timeout_secs, metadata=self._metadata)
-        except grpc.RpcError:
+        except grpc.RpcError as error:
+            details = printable((error.details() or "").splitlines()[0] if error.details() else "")
+            self.last_failure = f"{error.code().name}: {details}" if details else error.code().name
             return None
 
     def close(self) -> None:

@@ -142,7 +142,12 @@ class LearnerService:
         self._replies = serving.ReplyBudget()
         self._authenticator = Authenticator(secret, self._refusals.count_wrong_secret)
         self._server = serving.serve(
-            address, self._behaviours(), self._authenticator, spec.max_enqueue_bytes, tls
+            address,
+            self._behaviours(),
+            self._authenticator,
+            spec.max_enqueue_bytes,
+            tls,
+            self._replies,
         )
 
     # ---- The learner's side ------------------------------------------------------------------
@@ -167,8 +172,8 @@ class LearnerService:
 
     @property
     def unread_replies(self) -> dict[str, int]:
-        """Large replies (weights, PBT states) since this learner started: refused while those
-        unread filled `serving.MAX_REPLY_BYTES_OUT`, and cancelled after long unread."""
+        """Calls since this learner started whose reply was refused while those unread filled
+        `serving.MAX_REPLY_BYTES_OUT`, or cancelled after long unread."""
         return {"refused": self._replies.refused, "cancelled": self._replies.cancelled}
 
     @property
@@ -403,9 +408,7 @@ class LearnerService:
             return _FINISHED_REPLY
         reply = self._weights_reply  # one read: the version and the weights it names
         (version,) = VERSION.unpack_from(reply)
-        if version in (held, NO_WEIGHTS_VERSION):
-            return reply[: VERSION.size]
-        return self._replies.send(reply, context)
+        return reply[: VERSION.size] if version in (held, NO_WEIGHTS_VERSION) else reply
 
     def _policy_status(self, request: bytes, context) -> bytes:
         if request:
@@ -437,8 +440,7 @@ class LearnerService:
                     return b""
             finally:
                 self._state_waiters -= 1
-            reply = self._state_reply if self._state_count > asked else b""
-        return self._replies.send(reply, context) if reply else reply
+            return self._state_reply if self._state_count > asked else b""
 
 
 # How long a `PolicyState` call waits for the learner to take its snapshot: a step, or the

@@ -25,17 +25,21 @@ from impala.transport.wire import ProtocolError
 # once, and an actor tries again): with `MAX_MESSAGE_BYTES` per call, the bytes that requests
 # can hold on a learner are bounded by about 128 x 3 MiB, whatever callers do. A call's place
 # is free once its handler returns, while gRPC holds its reply until the caller reads it: the
-# large replies (weights, a population-based training state) are bounded by `ReplyBudget`.
+# replies are bounded by `ReplyBudget`.
 SERVER_THREADS = 8
 MAX_CONCURRENT_CALLS = 128
-# Bytes of large replies that callers have not read yet, at most (but at least
-# `MIN_REPLIES_OUT` replies, whatever their size): past it a call ends RESOURCE_EXHAUSTED and an
-# actor tries again. Without it a caller with the secret that never reads (its HTTP/2 window
-# shut) made a learner hold 4 MiB of weights per call, 773 MiB for 192 calls, until it hung up.
+# Bytes of replies that callers have not read yet, at most (but at least `MIN_REPLIES_OUT`
+# replies, whatever their size), each reply counted with `CALL_BYTES` more for the call gRPC
+# keeps open: past it a call ends RESOURCE_EXHAUSTED and an actor tries again. Without it a
+# caller with the secret that never reads (its HTTP/2 window shut) made a learner hold 4 MiB of
+# weights per call, 773 MiB for 192 calls, until it hung up; an unread call of a few bytes held
+# about 21 KiB, up to 1,024 connections x 32 streams of them.
 MAX_REPLY_BYTES_OUT = 256 << 20
 MIN_REPLIES_OUT = 4
-# A large reply still unread this long after it was sent is cancelled (when the next one is
-# sent): an actor's call has given up by then (`client.py`'s deadline of 30 s).
+CALL_BYTES = 32 << 10
+# A reply still unread this long after it was sent is cancelled (when the next one is sent):
+# the calls of actors and of other policies' learners have given up by then (deadlines of 30 s,
+# and of 90 s for a PBT state, most of which is the wait before the reply).
 REPLY_DELIVERY_SECS = 60.0
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
@@ -63,6 +67,7 @@ def serve(
     authenticator: Authenticator,
     max_request_bytes: int,
     tls=None,
+    replies: ReplyBudget | None = None,
 ) -> grpc.Server:
     """Starts a gRPC server at `address` ("host:port") answering `behaviours` (method path ->
     behaviour) to calls that `authenticator` admits.
@@ -75,6 +80,7 @@ def serve(
       max_request_bytes: the largest request gRPC accepts (larger ones end RESOURCE_EXHAUSTED
         before any of it reaches this process's Python).
       tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
+      replies: where the replies not yet read are counted (a new `ReplyBudget` if None).
 
     Raises:
       ValueError: the server cannot listen at `address`.
@@ -84,7 +90,7 @@ def serve(
     cap = connection_cap(listeners)
     server = grpc.server(
         futures.ThreadPoolExecutor(SERVER_THREADS, thread_name_prefix="learner-rpc"),
-        handlers=[_Methods(authenticator, behaviours)],
+        handlers=[_Methods(authenticator, behaviours, replies or ReplyBudget())],
         maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         options=[
             # The largest request is a full `Enqueue` chunk: gRPC refuses larger ones
@@ -120,41 +126,52 @@ def serve(
 
 
 class ReplyBudget:
-    """The large replies a server has sent and its callers have not read yet, within
+    """The replies a server has sent and its callers have not read yet, within
     `MAX_REPLY_BYTES_OUT`; each leaves when its call ends (read, failed or cancelled)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self._max_bytes, self._deadline_secs = MAX_REPLY_BYTES_OUT, REPLY_DELIVERY_SECS
+        self._max_bytes, self._min_replies = MAX_REPLY_BYTES_OUT, MIN_REPLIES_OUT
+        self._deadline_secs = REPLY_DELIVERY_SECS
         self._clock = clock
         self._lock = threading.Lock()
         self._keys = itertools.count()
+        # Oldest first (sent in this order): the call, its bytes counted, when it was sent.
         self._out: dict[int, tuple[grpc.ServicerContext, int, float]] = {}
+        self._bytes_out = 0
         self.refused = 0  # calls ended RESOURCE_EXHAUSTED for want of room
         self.cancelled = 0  # replies cancelled unread after `REPLY_DELIVERY_SECS`
 
     @property
     def bytes_out(self) -> int:
-        with self._lock:
-            return sum(size for _, size, _ in self._out.values())
+        """The bytes counted for the replies not read yet."""
+        return self._bytes_out
 
     def send(self, reply: bytes, context: grpc.ServicerContext) -> bytes:
         """`reply`, counted until its call ends; or the call ended RESOURCE_EXHAUSTED (raises,
         through `context.abort`) when the replies unread already fill the budget."""
         now = self._clock()
+        late = []
         with self._lock:
-            late = [k for k, (_, _, sent) in self._out.items() if now - sent > self._deadline_secs]
-            late_contexts = [self._out.pop(key)[0] for key in late]
+            for key, (late_context, _, sent) in self._out.items():
+                if now - sent <= self._deadline_secs:
+                    break
+                late.append((key, late_context))
+            for key, _ in late:
+                self._drop(key)
             self.cancelled += len(late)
-        for late_context in late_contexts:
-            late_context.cancel()  # gRPC frees the reply; its callback finds it gone
+        for _, late_context in late:
+            with contextlib.suppress(Exception):  # a call that ended meanwhile
+                late_context.cancel()  # gRPC frees the reply; its callback finds it gone
         if late:
             _log.warning("cancelled %d replies left unread for %gs", len(late), self._deadline_secs)
+        size = len(reply) + CALL_BYTES
         with self._lock:
-            held = sum(size for _, size, _ in self._out.values())
-            room = len(self._out) < MIN_REPLIES_OUT or held + len(reply) <= self._max_bytes
+            held = self._bytes_out
+            room = len(self._out) < self._min_replies or held + size <= self._max_bytes
             if room:
                 key = next(self._keys)
-                self._out[key] = (context, len(reply), now)
+                self._out[key] = (context, size, now)
+                self._bytes_out += size
             else:
                 self.refused += 1
         if not room:
@@ -168,7 +185,13 @@ class ReplyBudget:
 
     def _release(self, key: int) -> None:
         with self._lock:
-            self._out.pop(key, None)
+            self._drop(key)
+
+    def _drop(self, key: int) -> None:
+        """Under the lock."""
+        entry = self._out.pop(key, None)
+        if entry is not None:
+            self._bytes_out -= entry[1]
 
 
 def connection_cap(listeners: int = 1) -> int:
@@ -204,10 +227,15 @@ class _Methods(grpc.GenericRpcHandler):
     """Finds a call's handler once its secret passed; a call without it gets one that ends it
     UNAUTHENTICATED without reading its request, whatever method it names."""
 
-    def __init__(self, authenticator: Authenticator, behaviours: Mapping[str, Behaviour]):
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        behaviours: Mapping[str, Behaviour],
+        replies: ReplyBudget,
+    ):
         self._authenticator = authenticator
         self._handlers = {
-            path: grpc.unary_unary_rpc_method_handler(_answering(behaviour))
+            path: grpc.unary_unary_rpc_method_handler(_answering(behaviour, replies))
             for path, behaviour in behaviours.items()
         }
 
@@ -218,14 +246,16 @@ class _Methods(grpc.GenericRpcHandler):
         return self._handlers.get(handler_call_details.method)
 
 
-def _answering(behaviour: Behaviour):
-    """`behaviour`, with a request that breaks its layout ended INVALID_ARGUMENT."""
+def _answering(behaviour: Behaviour, replies: ReplyBudget):
+    """`behaviour`, with a request that breaks its layout ended INVALID_ARGUMENT, and its reply
+    counted in `replies` until it is read."""
 
     def answer(request: bytes, context) -> bytes:
         try:
-            return behaviour(request, context)
+            reply = behaviour(request, context)
         except ProtocolError as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
+        return replies.send(reply, context)
 
     return answer
 

@@ -276,6 +276,10 @@ class _Impostor(grpc.GenericRpcHandler):
         answer = self.answers.get(details.method.rsplit("/", 1)[-1])
         if answer is None:
             return None
+        if isinstance(answer, grpc.StatusCode):  # the call ends with it
+            return grpc.unary_unary_rpc_method_handler(
+                lambda request, context: context.abort(answer, "replies wait to be read")
+            )
         return grpc.unary_unary_rpc_method_handler(lambda request, context: answer)
 
 
@@ -351,6 +355,22 @@ def test_a_donor_that_answers_at_once_without_its_state_is_said_so_not_a_timeout
         member.close()
     assert decision.action == pbt.SIT_OUT
     assert decision.why.startswith("policy 1 answered in ") and "without its state" in decision.why
+
+
+def test_a_donor_that_ends_the_call_is_said_so_with_its_status():
+    """A learner whose unread replies fill its budget ends the call RESOURCE_EXHAUSTED."""
+    answers = {
+        "PolicyStatus": _status(1, 21.0).encode(),
+        "PolicyState": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+    with _impostor(answers) as address:
+        member, _ = _looking_member(address)
+        decision, _, _ = member._decide(3_000_000)
+        member.close()
+    assert decision.action == pbt.SIT_OUT
+    assert decision.why == (
+        "policy 1 did not give its state (RESOURCE_EXHAUSTED: replies wait to be read)"
+    )
 
 
 @pytest.mark.parametrize(

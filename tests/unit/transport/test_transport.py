@@ -942,6 +942,15 @@ def test_pop_episodes_on_a_fresh_learner_is_empty(make_service):
 # ---- Large replies left unread ---------------------------------------------------------------
 
 
+def _unread_calls(address, method, request, calls):
+    """`calls` calls of `method` with the secret over one bare HTTP/2 connection whose
+    windows stay shut, so that no reply is ever read: the connection and their streams."""
+    host, port = address.rsplit(":", 1)
+    caller = UnreadingCaller(host, int(port))
+    metadata = [(wire.SECRET_KEY, SECRET)]
+    return caller, [caller.call(wire.method_path(method), request, metadata) for _ in range(calls)]
+
+
 def test_weights_a_caller_never_reads_are_held_within_a_budget_and_cancelled_when_late(
     make_service, monkeypatch
 ):
@@ -951,42 +960,85 @@ def test_weights_a_caller_never_reads_are_held_within_a_budget_and_cancelled_whe
     up. Now those unread stay within the budget, calls past it end RESOURCE_EXHAUSTED (an
     actor tries again), and replies left unread too long are cancelled, freeing the room."""
     monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 6 << 20)
-    monkeypatch.setattr(serving, "REPLY_DELIVERY_SECS", 3.0)
     weights = tf.Variable(tf.zeros([1 << 18]))  # 1 MiB a reply
     service, address = make_service(_lstm_spec(), variables=[weights])
+    clock = [0.0]
+    service._replies._clock = lambda: clock[0]
     service.publish_weights(7)
     reply_bytes = wire.VERSION.size + (1 << 20)
-    held = (6 << 20) // reply_bytes  # 5
-    host, port = address.rsplit(":", 1)
+    held = (6 << 20) // (reply_bytes + serving.CALL_BYTES)  # 5
     calls = 30  # within one connection's streams at once (serving.MAX_STREAMS_PER_CONNECTION)
-    with UnreadingCaller(host, int(port)) as caller:
-        streams = [
-            caller.call(
-                wire.method_path("Weights"),
-                wire.VERSION.pack(-1),
-                metadata=[(wire.SECRET_KEY, SECRET)],
-            )
-            for _ in range(calls)
-        ]
-        wait_until(
-            lambda: service.unread_replies["refused"] == calls - held,
-            10,
-            lambda: f"refused {service.unread_replies}",
-        )
-        assert service._replies.bytes_out == held * reply_bytes
-        # The refused calls ended; the held ones wait for a read that never comes.
+    caller, streams = _unread_calls(address, "Weights", wire.VERSION.pack(-1), calls)
+    with caller:
+        # The calls past the budget ended; the others wait for a read that never comes.
         wait_until(lambda: len(caller.ended) == calls - held, 10, lambda: caller.ended)
-        assert not caller.ended & set(streams[:held])
+        assert service.unread_replies == {"refused": calls - held, "cancelled": 0}
+        kept = set(streams) - caller.ended
+        assert service._replies.bytes_out == held * (reply_bytes + serving.CALL_BYTES)
         assert _raw_call(address, "Weights", wire.VERSION.pack(-1)) == (
             grpc.StatusCode.RESOURCE_EXHAUSTED
         )
         assert _raw_call(address, "Weights", wire.VERSION.pack(7)) == wire.VERSION.pack(7)
-        time.sleep(3.5)
+        clock[0] = serving.REPLY_DELIVERY_SECS + 1
         # Late now: the next reply sent cancels them, and is itself read.
         assert len(_raw_call(address, "Weights", wire.VERSION.pack(-1))) == reply_bytes
         assert service.unread_replies == {"refused": calls - held + 1, "cancelled": held}
-        wait_until(lambda: set(streams[:held]) <= caller.ended, 10, lambda: caller.ended)
+        wait_until(lambda: kept <= caller.ended, 10, lambda: caller.ended)
         wait_until(lambda: service._replies.bytes_out == 0, 10, service.unread_replies)
+
+
+def test_an_actor_refused_for_room_tries_again_and_reconnects_after_its_deadline(
+    make_service, monkeypatch
+):
+    """While unread replies fill the budget an actor's fetch is refused; it tries again with
+    growing pauses, gets the weights once room is made, and past its call's deadline reports
+    the learner unreachable (the actor loop reconnects) rather than failing for good."""
+    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 1)
+    monkeypatch.setattr(serving, "MIN_REPLIES_OUT", 2)
+    variables = [tf.Variable(tf.ones([6]))]
+    service, address = make_service(_lstm_spec(), variables=variables)
+    service.publish_weights(3)
+    client = ActorClient(
+        address, 0, _lstm_spec(), IDENTITY, variables, timeout_secs=3.0, secret=SECRET
+    )
+    caller, _ = _unread_calls(address, "Weights", wire.VERSION.pack(-1), 2)
+    with caller:
+        wait_until(lambda: len(service._replies._out) == 2, 10, service.unread_replies)
+        try:
+            started = time.monotonic()
+            with pytest.raises(LearnerUnreachableError, match="too busy to answer Weights"):
+                client.fetch_weights()
+            assert 1 < time.monotonic() - started < 6  # the last pause would pass 3 s
+            assert service.unread_replies["refused"] >= 4  # tried again
+            threading.Timer(0.3, caller.close).start()  # the unread calls end: room
+            _, version = client.fetch_weights()
+            assert version == 3
+        finally:
+            client.close()
+
+
+def test_small_replies_a_caller_never_reads_are_held_within_the_budget_too(
+    make_service, monkeypatch
+):
+    """An unread call of a few bytes keeps about 21 KiB in gRPC: up to 1,024 connections of
+    32 streams of them would be most of a GiB."""
+    reply_bytes = wire.VERSION.size
+    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 20 * (reply_bytes + serving.CALL_BYTES))
+    service, address = make_service(_lstm_spec())
+    callers = [_unread_calls(address, "WeightsVersion", b"", 15)[0] for _ in range(2)]
+    try:
+        wait_until(
+            lambda: sum(len(caller.ended) for caller in callers) == 10,
+            10,
+            lambda: f"ended {[caller.ended for caller in callers]}, {service.unread_replies}",
+        )
+        assert service.unread_replies == {"refused": 10, "cancelled": 0}
+        assert _raw_call(address, "WeightsVersion", b"") == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        for caller in callers:
+            caller.close()
+    wait_until(lambda: service._replies.bytes_out == 0, 10, service.unread_replies)
+    assert _raw_call(address, "WeightsVersion", b"") == wire.VERSION.pack(-1)
 
 
 # ---- Population-based training's calls -------------------------------------------------------
