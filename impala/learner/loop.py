@@ -65,7 +65,8 @@ def _train(learning: Learning) -> Progress:
         if np.any(learners.stop):
             break
         train_started = time.monotonic()
-        stats = learning.trainer.learn(steps.to_batch(queued, learning.agent), progress.frames)
+        batch = steps.to_batch(queued, learning.agent)
+        stats = learning.trainer.learn(batch, progress.frames)
         trained = time.monotonic() - train_started
         _publish(learning, queued, stats)
         # The environment frames the actors played for this step: its fresh trajectories on
@@ -75,7 +76,7 @@ def _train(learning: Learning) -> Progress:
         learning.saver.maybe_save(progress.frames, counters.version, counters.training_secs())
         episodes = _record_episodes(learning, progress)
         if learning.population:
-            _take_part_in_pbt(learning, progress.frames, episodes)
+            _take_part_in_pbt(learning, progress.frames, episodes, batch)
         if time.monotonic() >= next_report or progress.done:
             reports.report_progress(learning, progress, stats, learners)
             reports.report_refusals(learning)
@@ -107,13 +108,17 @@ def _record_episodes(learning: Learning, progress: Progress) -> np.ndarray:
     return episodes
 
 
-def _take_part_in_pbt(learning: Learning, frames: int, episodes: np.ndarray) -> None:
+def _take_part_in_pbt(learning: Learning, frames: int, episodes: np.ndarray, batch) -> None:
     """--with_pbt: counts the policy's games; at a look, every learner of the policy takes its
-    decision (a copy is published as a new weight version); rank 0 serves the policy's status
-    and, when asked, its state."""
+    decision (a copy, checked on the step's `batch`, is published as a new weight version);
+    rank 0 serves the policy's status and, when asked, its state."""
     population, counters = learning.population, learning.counters
     population.record(episodes[:, 0])
-    if population.due(frames) and population.look(frames, learning.summaries):
+
+    def check() -> str | None:
+        return steps.outputs_out_of_bounds(learning.agent, batch)
+
+    if population.due(frames) and population.look(frames, learning.summaries, check):
         counters.version += 1
         learning.saver.record_published(counters.version)
         learning.service.publish_weights(counters.version)

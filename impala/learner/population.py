@@ -196,12 +196,20 @@ class Population:
 
     # ---- A look -------------------------------------------------------------------------------
 
-    def look(self, frames: int, summaries=None) -> bool:
+    def look(
+        self, frames: int, summaries=None, check: Callable[[], str | None] | None = None
+    ) -> bool:
         """Every learner of the policy, at the same step: decides (rank 0) and applies the
-        decision. Returns whether the weights changed (a copy)."""
+        decision. Returns whether the weights changed (a copy).
+
+        Args:
+          check: what, with the weights as they are, this policy's actors would send that its
+            learners refuse (`steps.outputs_out_of_bounds` on the last batch), or None if
+            nothing: a donor's state that fails it is not kept.
+        """
         decision, hyperparameters, note = None, None, {}
         if self._is_chief:
-            decision, hyperparameters, note = self._decide(frames)
+            decision, hyperparameters, note = self._decide(frames, check)
         decision, hyperparameters = allreduce.broadcast_object_from_chief(
             (decision, hyperparameters)
         )
@@ -217,7 +225,9 @@ class Population:
             self._log(frames, decision, before, note, summaries)
         return copied
 
-    def _decide(self, frames: int) -> tuple[pbt.Decision, dict[str, float], dict]:
+    def _decide(
+        self, frames: int, check: Callable[[], str | None] | None = None
+    ) -> tuple[pbt.Decision, dict[str, float], dict]:
         """Rank 0: the decision and the hyperparameters to go on with."""
         me = self.status(frames)
         others = []
@@ -232,7 +242,7 @@ class Population:
         hyperparameters = dict(me.hyperparameters)
         if decision.action == pbt.REPLACE:
             try:
-                donor = self._copy(decision.donor)
+                donor = self._copy(decision.donor, check)
             except PbtStateError as error:
                 decision = pbt.Decision(pbt.SIT_OUT, str(error), ranking=decision.ranking)
             else:
@@ -242,9 +252,12 @@ class Population:
             hyperparameters = pbt.perturb(hyperparameters, self._pbt, rng)
         return decision, hyperparameters, note
 
-    def _copy(self, donor: int) -> dict:
+    def _copy(self, donor: int, check: Callable[[], str | None] | None = None) -> dict:
         """Rank 0: assigns policy `donor`'s state to this learner's variables; returns its
-        header. Raises PbtStateError (nothing assigned) if it did not come or is unusable."""
+        header. Raises PbtStateError (the variables as they were) if it did not come or is
+        unusable: among that, weights whose outputs `check` finds its actors' chunks would be
+        refused for (the learners would wait for a batch that never comes, and never look
+        again)."""
         started = time.monotonic()
         peer = self._peers[donor]
         answer = peer.state(STATE_TIMEOUT_SECS)
@@ -262,8 +275,17 @@ class Population:
                 f"policy {donor}'s state did not come within {STATE_TIMEOUT_SECS:.0f} s"
             )
         header, arrays = decode_state(answer, donor, self._variables, self._nonnegative)
+        kept = [variable.numpy() for variable in self._variables] if check else []
         for variable, values in zip(self._variables, arrays, strict=True):
             variable.assign(values)
+        problem = check() if check else None
+        if problem:
+            for variable, values in zip(self._variables, kept, strict=True):
+                variable.assign(values)
+            raise PbtStateError(
+                f"policy {donor}'s state is not kept: {problem}, which its actors' games "
+                "would be refused for"
+            )
         self._report(
             f"pbt: copied policy {donor}'s state ({len(answer) / 2**20:.1f} MiB, "
             f"{time.monotonic() - started:.1f} s)"

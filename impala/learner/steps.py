@@ -15,7 +15,12 @@ import networks
 from impala import transport
 from impala.learner import allreduce
 from impala.learner.state import Counters, Learning
-from impala.trajectory import MAX_ABS_EPISODE_RETURN, Batch
+from impala.trajectory import (
+    MAX_ABS_CORE_STATE,
+    MAX_ABS_EPISODE_RETURN,
+    MAX_ABS_POLICY_LOGIT,
+    Batch,
+)
 
 # How often a learner waiting for its batch looks whether it was asked to stop.
 STOP_CHECK_SECS = 0.05
@@ -147,3 +152,22 @@ def gather_episodes(service: transport.LearnerService, counters: Counters) -> np
     sound = np.isfinite(episodes).all(axis=1) & (np.abs(episodes[:, 0]) <= MAX_ABS_EPISODE_RETURN)
     counters.episodes_ignored += int(np.sum(~sound))
     return episodes[sound]
+
+
+def outputs_out_of_bounds(agent: networks.Agent, batch: Batch) -> str | None:
+    """What, of the agent's outputs on `batch` with its weights now, its actors' chunks would
+    be refused for (`refusals.check_trajectories`): logits or a recurrent state that are not
+    finite or are beyond their bounds; None if nothing."""
+    inputs = networks.make_input(
+        batch.steps.prev_action, batch.steps.reward, batch.steps.done, batch.steps.observation
+    )
+    outputs, final_state = agent.unroll(inputs, batch.agent_state)
+    bounded = [("policy logits", outputs.policy_logits, MAX_ABS_POLICY_LOGIT)]
+    bounded += [("recurrent state", s, MAX_ABS_CORE_STATE) for s in tf.nest.flatten(final_state)]
+    for name, values, bound in bounded:
+        values = np.asarray(values, dtype=np.float64)
+        if not np.all(np.isfinite(values)):
+            return f"its {name} on the last batch are not finite"
+        if values.size and np.abs(values).max() > bound:
+            return f"its {name} on the last batch reach {np.abs(values).max():.3g}, past {bound:g}"
+    return None

@@ -590,6 +590,35 @@ def test_minibatches_of_a_recurrent_agent_take_their_trajectories_state():
     assert stats["skipped_steps"] == 0 and np.isfinite(stats["loss/total"])
 
 
+def test_outputs_its_actors_would_be_refused_for_are_found_on_a_batch():
+    """A PBT copy is checked with it: weights whose logits pass the bound an actor's chunk is
+    refused for would leave the learners waiting for a batch that never comes."""
+    agent = _mlp_agent()
+    batch = _batch(np.random.default_rng(0))
+    assert learner_steps.outputs_out_of_bounds(agent, batch) is None
+    (head,) = [v for v in agent.trainable_variables if v.name.endswith("policy/w:0")]
+    kept = head.numpy()
+    for weights, said in [(kept * 1e5, "reach"), (np.full_like(kept, np.nan), "not finite")]:
+        head.assign(weights)
+        problem = learner_steps.outputs_out_of_bounds(agent, batch)
+        head.assign(kept)
+        assert problem.startswith("its policy logits on the last batch ") and said in problem
+
+    tf.random.set_seed(4)
+    recurrent = networks.make_agent("ShallowLSTMAgent", 3)
+    networks.build_variables(recurrent, (84, 84, 4), np.uint8)
+    rng = np.random.default_rng(13)
+    steps = _batch(rng, num_steps=3, batch_size=2).steps
+    steps = steps._replace(observation=rng.integers(0, 255, (4, 2, 84, 84, 4)).astype(np.uint8))
+    state = tf.nest.map_structure(
+        lambda x: tf.fill(x.shape, 5e6), recurrent.initial_state(2)
+    )  # an LSTM's cell keeps what it had, scaled by its forget gate: past the bound of 1e6
+    problem = learner_steps.outputs_out_of_bounds(
+        recurrent, trajectory.Batch(agent_state=state, steps=steps._replace(done=steps.done * 0))
+    )
+    assert problem and problem.startswith("its recurrent state on the last batch reach")
+
+
 def test_create_optimizer_slots_keeps_weights():
     agent = _mlp_agent()
     before = [v.numpy() for v in agent.trainable_variables]

@@ -347,6 +347,35 @@ def test_a_donor_whose_state_would_make_the_weights_nan_is_not_copied():
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
 
 
+def test_a_donor_whose_weights_its_actors_games_would_be_refused_for_is_not_kept():
+    """A well-formed, finite state whose weights give logits past the bound actors' chunks
+    are refused for: the learners would wait for ever for a batch, never to look again."""
+    donor_variables, _, donor = _adam_member()
+    donor_variables[0].assign(tf.fill([2, 3], 1e6))
+    answers = {
+        "PolicyStatus": _status(1, 21.0).encode(),
+        "PolicyState": donor._encode_state(4_000_000),
+    }
+    with _impostor(answers) as address:
+        member, variables = _looking_member(address)
+        before = [v.numpy().copy() for v in variables]
+        checked = []
+
+        def check():  # as `steps.outputs_out_of_bounds` on the weights copied
+            checked.append(variables[0].numpy().max())
+            return "its policy logits on the last batch reach 3e+06, past 1000"
+
+        decision, _, _ = member._decide(3_000_000, check)
+        member.close()
+    assert checked == [1e6]
+    assert decision.action == pbt.SIT_OUT
+    assert decision.why == (
+        "policy 1's state is not kept: its policy logits on the last batch reach 3e+06, past "
+        "1000, which its actors' games would be refused for"
+    )
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
+
+
 def test_a_donor_that_answers_at_once_without_its_state_is_said_so_not_a_timeout():
     answers = {"PolicyStatus": _status(1, 21.0).encode(), "PolicyState": b""}
     with _impostor(answers) as address:
