@@ -261,7 +261,7 @@ class Population:
         started = time.monotonic()
         peer = self._peers[donor]
         answer = peer.state(STATE_TIMEOUT_SECS)
-        if answer is None and peer.last_failure and "DEADLINE_EXCEEDED" not in peer.last_failure:
+        if answer is None and peer.last_failure:
             raise PbtStateError(f"policy {donor} did not give its state ({peer.last_failure})")
         if answer is None:
             waited = time.monotonic() - started
@@ -278,14 +278,17 @@ class Population:
         kept = [variable.numpy() for variable in self._variables] if check else []
         for variable, values in zip(self._variables, arrays, strict=True):
             variable.assign(values)
-        problem = check() if check else None
+        problem = "its outputs were not checked"  # until `check` returns
+        try:
+            problem = check() if check else None
+        except tf.errors.OpError as error:
+            problem = f"its outputs could not be checked ({type(error).__name__})"
+        finally:
+            if problem:  # whatever `check` raised too
+                for variable, values in zip(self._variables, kept, strict=True):
+                    variable.assign(values)
         if problem:
-            for variable, values in zip(self._variables, kept, strict=True):
-                variable.assign(values)
-            raise PbtStateError(
-                f"policy {donor}'s state is not kept: {problem}, which its actors' games "
-                "would be refused for"
-            )
+            raise PbtStateError(f"policy {donor}'s state is not kept: {problem}")
         self._report(
             f"pbt: copied policy {donor}'s state ({len(answer) / 2**20:.1f} MiB, "
             f"{time.monotonic() - started:.1f} s)"

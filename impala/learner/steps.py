@@ -155,9 +155,10 @@ def gather_episodes(service: transport.LearnerService, counters: Counters) -> np
 
 
 def outputs_out_of_bounds(agent: networks.Agent, batch: Batch) -> str | None:
-    """What, of the agent's outputs on `batch` with its weights now, its actors' chunks would
+    """What, of the agent's outputs on `batch` with its weights now, its actors' chunks could
     be refused for (`refusals.check_trajectories`): logits or a recurrent state that are not
-    finite or are beyond their bounds; None if nothing."""
+    finite or are beyond half their bounds (the actors meet other states than the batch's);
+    None if nothing."""
     inputs = networks.make_input(
         batch.steps.prev_action, batch.steps.reward, batch.steps.done, batch.steps.observation
     )
@@ -168,6 +169,10 @@ def outputs_out_of_bounds(agent: networks.Agent, batch: Batch) -> str | None:
         values = np.asarray(values, dtype=np.float64)
         if not np.all(np.isfinite(values)):
             return f"its {name} on the last batch are not finite"
-        if values.size and np.abs(values).max() > bound:
-            return f"its {name} on the last batch reach {np.abs(values).max():.3g}, past {bound:g}"
+        if values.size and np.abs(values).max() > bound / 2:
+            largest = np.abs(values).max()
+            return (
+                f"its {name} on the last batch reach {largest:.3g}, more than half of the "
+                f"{bound:g} its actors' games are refused beyond"
+            )
     return None

@@ -19,6 +19,7 @@ from impala import run_identity
 from impala.printable import printable
 from impala.trajectory import Steps, Unroll
 from impala.transport import wire
+from impala.transport.serving import BUSY_DETAILS
 from impala.transport.wire import (
     FINISHED,
     FINISHED_VERSION,
@@ -54,6 +55,15 @@ _ROOM_PAUSE_BOUNDS_SECS = (0.02, 0.2)
 # until the call's deadline; then the actor reconnects (`LearnerUnreachableError`).
 _BUSY_FIRST_PAUSE_SECS = 0.01
 _BUSY_MAX_PAUSE_SECS = 1.0
+
+
+def _busy(error: grpc.RpcError) -> bool:
+    """Whether a call ended RESOURCE_EXHAUSTED for the learner's bounds of calls under way or
+    of replies not yet read (worth trying again), not for a message too large (which is not)."""
+    details = error.details() or ""
+    return error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and (
+        details.startswith(BUSY_DETAILS) or details.startswith("Concurrent RPC limit")
+    )
 
 
 def open_channel(address: str, options: list[tuple[str, int]], tls=None) -> grpc.Channel:
@@ -335,8 +345,7 @@ class ActorClient:
             try:
                 return future.result()
             except grpc.RpcError as error:
-                busy = error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-                if not busy or time.monotonic() + pause > deadline:
+                if not _busy(error) or time.monotonic() + pause > deadline:
                     raise self._translated(error, method) from None
             time.sleep(random.uniform(pause / 2, pause))
             pause = min(2 * pause, _BUSY_MAX_PAUSE_SECS)
@@ -349,7 +358,7 @@ class ActorClient:
             return LearnerUnreachableError(
                 f"{method} call to learner {self._address} failed: {details or code.name}"
             )
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if _busy(error):
             return LearnerUnreachableError(
                 f"learner {self._address} was too busy to answer {method} for "
                 f"{self._timeout_secs:g} s ({details or code.name})"

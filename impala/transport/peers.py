@@ -26,7 +26,8 @@ class PolicyPeer:
           tls: the run's TLS material (`impala.run_tls.Material`), or None for plain TCP.
         """
         self.address = address
-        # Why the last call ended without an answer ("RESOURCE_EXHAUSTED: ..."), or None.
+        # Why the last call ended without an answer ("RESOURCE_EXHAUSTED: ..."), unless it ran
+        # out of time; None if it did not fail so.
         self.last_failure: str | None = None
         self._metadata = ((wire.SECRET_KEY, secret),)
         self._channel = open_channel(
@@ -52,8 +53,9 @@ class PolicyPeer:
         try:
             return method(b"", timeout=timeout_secs, metadata=self._metadata)
         except grpc.RpcError as error:
-            details = printable((error.details() or "").splitlines()[0] if error.details() else "")
-            self.last_failure = f"{error.code().name}: {details}" if details else error.code().name
+            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                details, name = (error.details() or "").splitlines(), error.code().name
+                self.last_failure = f"{name}: {printable(details[0])}" if details else name
             return None
 
     def close(self) -> None:

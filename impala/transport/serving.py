@@ -28,19 +28,22 @@ from impala.transport.wire import ProtocolError
 # replies are bounded by `ReplyBudget`.
 SERVER_THREADS = 8
 MAX_CONCURRENT_CALLS = 128
-# Bytes of replies that callers have not read yet, at most (but at least `MIN_REPLIES_OUT`
-# replies, whatever their size), each reply counted with `CALL_BYTES` more for the call gRPC
-# keeps open: past it a call ends RESOURCE_EXHAUSTED and an actor tries again. Without it a
-# caller with the secret that never reads (its HTTP/2 window shut) made a learner hold 4 MiB of
-# weights per call, 773 MiB for 192 calls, until it hung up; an unread call of a few bytes held
-# about 21 KiB, up to 1,024 connections x 32 streams of them.
+# Bytes of replies that callers have not read yet, at most, each reply counted with
+# `CALL_BYTES` more for the call gRPC keeps open: a call that comes when they are at it ends
+# RESOURCE_EXHAUSTED before it does anything, and an actor tries again. Without it a caller with
+# the secret that never reads (its HTTP/2 window shut) made a learner hold 4 MiB of weights per
+# call, 773 MiB for 192 calls, until it hung up; an unread call of a few bytes held about
+# 21 KiB, up to 1,024 connections x 32 streams of them. (The calls admitted while it was below
+# may pass it by their replies: by `SERVER_THREADS` replies at most.)
 MAX_REPLY_BYTES_OUT = 256 << 20
-MIN_REPLIES_OUT = 4
 CALL_BYTES = 32 << 10
-# A reply still unread this long after it was sent is cancelled (when the next one is sent):
-# the calls of actors and of other policies' learners have given up by then (deadlines of 30 s,
-# and of 90 s for a PBT state, most of which is the wait before the reply).
+# A reply still unread this long after it was made is cancelled when a call finds the budget
+# full: the calls of actors and of other policies' learners have given up by then (deadlines
+# of 30 s, and of 90 s for a PBT state, most of which is the wait before the reply).
 REPLY_DELIVERY_SECS = 60.0
+# How a call refused for room ends (RESOURCE_EXHAUSTED), so that a client tells it from a
+# message too large, which trying again cannot mend.
+BUSY_DETAILS = "replies wait to be read; try again"
 # Streams one connection may hold open at once (an actor has one per chunk in flight).
 MAX_STREAMS_PER_CONNECTION = 32
 # Connections open at once, at most half the process's open-file limit (`connection_cap`),
@@ -126,62 +129,79 @@ def serve(
 
 
 class ReplyBudget:
-    """The replies a server has sent and its callers have not read yet, within
-    `MAX_REPLY_BYTES_OUT`; each leaves when its call ends (read, failed or cancelled)."""
+    """The calls a server has admitted whose replies their callers have not read yet, within
+    `MAX_REPLY_BYTES_OUT`; each leaves when its call ends (read, failed or cancelled).
+
+    A call is admitted before its method runs, so that one refused has done nothing (a chunk
+    refused after it was queued would be queued again when the actor tries again).
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self._max_bytes, self._min_replies = MAX_REPLY_BYTES_OUT, MIN_REPLIES_OUT
-        self._deadline_secs = REPLY_DELIVERY_SECS
+        self._max_bytes, self._deadline_secs = MAX_REPLY_BYTES_OUT, REPLY_DELIVERY_SECS
         self._clock = clock
         self._lock = threading.Lock()
         self._keys = itertools.count()
-        # Oldest first (sent in this order): the call, its bytes counted, when it was sent.
-        self._out: dict[int, tuple[grpc.ServicerContext, int, float]] = {}
+        # Each call's context, bytes counted, and when its reply was made (None: not yet).
+        self._out: dict[int, list] = {}
         self._bytes_out = 0
         self.refused = 0  # calls ended RESOURCE_EXHAUSTED for want of room
         self.cancelled = 0  # replies cancelled unread after `REPLY_DELIVERY_SECS`
 
     @property
     def bytes_out(self) -> int:
-        """The bytes counted for the replies not read yet."""
+        """The bytes counted for the calls whose replies are not read yet."""
         return self._bytes_out
 
-    def send(self, reply: bytes, context: grpc.ServicerContext) -> bytes:
-        """`reply`, counted until its call ends; or the call ended RESOURCE_EXHAUSTED (raises,
-        through `context.abort`) when the replies unread already fill the budget."""
-        now = self._clock()
-        late = []
+    def admit(self, context: grpc.ServicerContext) -> int:
+        """Counts a call about to run (`CALL_BYTES`) until it ends; returns its key for
+        `replied`. Ends the call RESOURCE_EXHAUSTED (raises, through `context.abort`) when the
+        replies not read yet fill the budget, even after those unread too long are cancelled."""
         with self._lock:
-            for key, (late_context, _, sent) in self._out.items():
-                if now - sent <= self._deadline_secs:
-                    break
-                late.append((key, late_context))
-            for key, _ in late:
-                self._drop(key)
-            self.cancelled += len(late)
-        for _, late_context in late:
-            with contextlib.suppress(Exception):  # a call that ended meanwhile
-                late_context.cancel()  # gRPC frees the reply; its callback finds it gone
-        if late:
-            _log.warning("cancelled %d replies left unread for %gs", len(late), self._deadline_secs)
-        size = len(reply) + CALL_BYTES
+            room = self._bytes_out + CALL_BYTES <= self._max_bytes
+        if not room:
+            self._cancel_late()
         with self._lock:
-            held = self._bytes_out
-            room = len(self._out) < self._min_replies or held + size <= self._max_bytes
+            room = self._bytes_out + CALL_BYTES <= self._max_bytes
             if room:
                 key = next(self._keys)
-                self._out[key] = (context, size, now)
-                self._bytes_out += size
+                self._out[key] = [context, CALL_BYTES, None]
+                self._bytes_out += CALL_BYTES
             else:
                 self.refused += 1
+                held = self._bytes_out
         if not room:
-            context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{held} bytes of replies are waiting to be read; try again",
-            )
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{BUSY_DETAILS} ({held} bytes)")
         if not context.add_callback(lambda: self._release(key)):
             self._release(key)  # the call has ended already
+        return key
+
+    def replied(self, key: int, reply: bytes) -> bytes:
+        """Counts the call's `reply` too, from now."""
+        with self._lock:
+            entry = self._out.get(key)
+            if entry is not None:
+                entry[1] += len(reply)
+                entry[2] = self._clock()
+                self._bytes_out += len(reply)
         return reply
+
+    def _cancel_late(self) -> None:
+        now = self._clock()
+        with self._lock:
+            late = [
+                key
+                for key, (_, _, made) in self._out.items()
+                if made is not None and now - made > self._deadline_secs
+            ]
+            contexts = [self._out[key][0] for key in late]
+            for key in late:
+                self._drop(key)
+            self.cancelled += len(late)
+        for context in contexts:
+            with contextlib.suppress(Exception):  # a call that ended meanwhile
+                context.cancel()  # gRPC frees the reply; its callback finds it gone
+        if late:
+            _log.warning("cancelled %d replies left unread for %gs", len(late), self._deadline_secs)
 
     def _release(self, key: int) -> None:
         with self._lock:
@@ -251,11 +271,12 @@ def _answering(behaviour: Behaviour, replies: ReplyBudget):
     counted in `replies` until it is read."""
 
     def answer(request: bytes, context) -> bytes:
+        key = replies.admit(context)
         try:
             reply = behaviour(request, context)
         except ProtocolError as error:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {error}")
-        return replies.send(reply, context)
+        return replies.replied(key, reply)
 
     return answer
 

@@ -363,16 +363,32 @@ def test_a_donor_whose_weights_its_actors_games_would_be_refused_for_is_not_kept
 
         def check():  # as `steps.outputs_out_of_bounds` on the weights copied
             checked.append(variables[0].numpy().max())
-            return "its policy logits on the last batch reach 3e+06, past 1000"
+            return "its policy logits reach 3e+06"
 
         decision, _, _ = member._decide(3_000_000, check)
         member.close()
     assert checked == [1e6]
     assert decision.action == pbt.SIT_OUT
-    assert decision.why == (
-        "policy 1's state is not kept: its policy logits on the last batch reach 3e+06, past "
-        "1000, which its actors' games would be refused for"
-    )
+    assert decision.why == ("policy 1's state is not kept: its policy logits reach 3e+06")
+    assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
+
+    def failing_check():
+        raise tf.errors.ResourceExhaustedError(None, None, "out of memory")
+
+    def broken_check():
+        raise RuntimeError("a bug")
+
+    with _impostor(answers) as address:
+        member, variables = _looking_member(address)
+        before = [v.numpy().copy() for v in variables]
+        decision, _, _ = member._decide(3_000_000, failing_check)
+        assert decision.why == (
+            "policy 1's state is not kept: its outputs could not be checked "
+            "(ResourceExhaustedError)"
+        )
+        with pytest.raises(RuntimeError, match="a bug"):
+            member._decide(3_000_000, broken_check)
+        member.close()
     assert all(np.array_equal(a, v.numpy()) for a, v in zip(before, variables, strict=True))
 
 

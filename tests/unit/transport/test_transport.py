@@ -966,25 +966,50 @@ def test_weights_a_caller_never_reads_are_held_within_a_budget_and_cancelled_whe
     service._replies._clock = lambda: clock[0]
     service.publish_weights(7)
     reply_bytes = wire.VERSION.size + (1 << 20)
-    held = (6 << 20) // (reply_bytes + serving.CALL_BYTES)  # 5
     calls = 30  # within one connection's streams at once (serving.MAX_STREAMS_PER_CONNECTION)
     caller, streams = _unread_calls(address, "Weights", wire.VERSION.pack(-1), calls)
     with caller:
         # The calls past the budget ended; the others wait for a read that never comes.
-        wait_until(lambda: len(caller.ended) == calls - held, 10, lambda: caller.ended)
-        assert service.unread_replies == {"refused": calls - held, "cancelled": 0}
+        wait_until(
+            lambda: service.unread_replies["refused"] + len(service._replies._out) == calls,
+            10,
+            lambda: f"{service.unread_replies}, {len(service._replies._out)} out",
+        )
         kept = set(streams) - caller.ended
-        assert service._replies.bytes_out == held * (reply_bytes + serving.CALL_BYTES)
+        wait_until(lambda: len(caller.ended) == calls - len(kept), 10, lambda: caller.ended)
+        # Admitted while under 6 MiB: 6 replies, and one more per thread admitted meanwhile.
+        assert 6 <= len(kept) <= 6 + serving.SERVER_THREADS
+        assert service._replies.bytes_out == len(kept) * (reply_bytes + serving.CALL_BYTES)
+        assert service.unread_replies == {"refused": calls - len(kept), "cancelled": 0}
         assert _raw_call(address, "Weights", wire.VERSION.pack(-1)) == (
             grpc.StatusCode.RESOURCE_EXHAUSTED
         )
-        assert _raw_call(address, "Weights", wire.VERSION.pack(7)) == wire.VERSION.pack(7)
         clock[0] = serving.REPLY_DELIVERY_SECS + 1
-        # Late now: the next reply sent cancels them, and is itself read.
+        # Late now: the next call cancels them, and its reply is read.
         assert len(_raw_call(address, "Weights", wire.VERSION.pack(-1))) == reply_bytes
-        assert service.unread_replies == {"refused": calls - held + 1, "cancelled": held}
+        assert service.unread_replies == {"refused": calls - len(kept) + 1, "cancelled": len(kept)}
         wait_until(lambda: kept <= caller.ended, 10, lambda: caller.ended)
         wait_until(lambda: service._replies.bytes_out == 0, 10, service.unread_replies)
+
+
+def test_a_call_refused_for_room_has_done_nothing(make_service, monkeypatch):
+    """Refused before its method runs: a chunk refused after it was queued would be queued
+    again when its actor tries again."""
+    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 2 * serving.CALL_BYTES)
+    spec = _lstm_spec(observation_shape=(3,), observation_dtype="float32")
+    service, address = make_service(spec, variables=[tf.Variable(tf.ones([6]))])
+    service.publish_weights(1)
+    client = _client(address, spec)  # its Hello, while there is room
+    caller, _ = _unread_calls(address, "Weights", wire.VERSION.pack(-1), 1)
+    with caller:
+        wait_until(lambda: len(service._replies._out) == 1, 10, service.unread_replies)
+        unroll = _unroll(spec, 2, np.random.default_rng(0), weight_version=1)
+        assert _raw_call(address, "Enqueue", _chunk(unroll)) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert service.queue_size == 0 and service.trajectories_received == 0
+    wait_until(lambda: service._replies.bytes_out == 0, 10, service.unread_replies)
+    client.send(unroll)
+    assert service.queue_size == 2
+    client.close()
 
 
 def test_an_actor_refused_for_room_tries_again_and_reconnects_after_its_deadline(
@@ -993,9 +1018,8 @@ def test_an_actor_refused_for_room_tries_again_and_reconnects_after_its_deadline
     """While unread replies fill the budget an actor's fetch is refused; it tries again with
     growing pauses, gets the weights once room is made, and past its call's deadline reports
     the learner unreachable (the actor loop reconnects) rather than failing for good."""
-    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 1)
-    monkeypatch.setattr(serving, "MIN_REPLIES_OUT", 2)
-    variables = [tf.Variable(tf.ones([6]))]
+    monkeypatch.setattr(serving, "MAX_REPLY_BYTES_OUT", 2 * serving.CALL_BYTES + 64)
+    variables = [tf.Variable(tf.ones([6]))]  # replies of 32 bytes
     service, address = make_service(_lstm_spec(), variables=variables)
     service.publish_weights(3)
     client = ActorClient(
