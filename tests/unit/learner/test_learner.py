@@ -568,13 +568,19 @@ def test_one_minibatch_a_pass_is_the_whole_batch_as_before():
         np.testing.assert_array_equal(first, second)
 
 
-def test_minibatches_of_a_recurrent_agent_take_their_trajectories_state():
+def _lstm_agent_and_steps(rng, batch_size):
+    """A ShallowLSTMAgent and [4, batch_size] steps of Atari-sized observations."""
     tf.random.set_seed(4)
     agent = networks.make_agent("ShallowLSTMAgent", 3)
     networks.build_variables(agent, (84, 84, 4), np.uint8)
+    steps = _batch(rng, num_steps=3, batch_size=batch_size).steps
+    observations = rng.integers(0, 255, (4, batch_size, 84, 84, 4)).astype(np.uint8)
+    return agent, steps._replace(observation=observations)
+
+
+def test_minibatches_of_a_recurrent_agent_take_their_trajectories_state():
     rng = np.random.default_rng(13)
-    steps = _batch(rng, num_steps=3, batch_size=4).steps
-    steps = steps._replace(observation=rng.integers(0, 255, (4, 4, 84, 84, 4)).astype(np.uint8))
+    agent, steps = _lstm_agent_and_steps(rng, batch_size=4)
     state = tf.nest.map_structure(
         lambda x: tf.constant(rng.normal(size=x.shape).astype(np.float32)),
         agent.initial_state(4),
@@ -604,12 +610,7 @@ def test_outputs_its_actors_would_be_refused_for_are_found_on_a_batch():
         head.assign(kept)
         assert problem.startswith("its policy logits on the last batch ") and said in problem
 
-    tf.random.set_seed(4)
-    recurrent = networks.make_agent("ShallowLSTMAgent", 3)
-    networks.build_variables(recurrent, (84, 84, 4), np.uint8)
-    rng = np.random.default_rng(13)
-    steps = _batch(rng, num_steps=3, batch_size=2).steps
-    steps = steps._replace(observation=rng.integers(0, 255, (4, 2, 84, 84, 4)).astype(np.uint8))
+    recurrent, steps = _lstm_agent_and_steps(np.random.default_rng(13), batch_size=2)
     state = tf.nest.map_structure(
         lambda x: tf.fill(x.shape, 5e6), recurrent.initial_state(2)
     )  # an LSTM's cell keeps what it had, scaled by its forget gate: past the bound of 1e6

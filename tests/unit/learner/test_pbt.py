@@ -328,16 +328,18 @@ def test_a_peer_that_answers_its_status_with_anything_is_left_out_of_the_look(st
     assert decision.action == pbt.SIT_OUT and note["answered"] == 0
 
 
+def _ranked_first_with(state):
+    """An impostor's answers: a status far ahead of policy 0's, and `state` for a copy."""
+    return {"PolicyStatus": _status(1, 21.0).encode(), "PolicyState": state}
+
+
 def test_a_donor_whose_state_would_make_the_weights_nan_is_not_copied():
     """The impostor ranks itself far ahead, so policy 0 copies it; the state it sends is
     well-formed and finite, but with negative second moments: nothing is assigned."""
     donor_variables, donor_optimizer, donor = _adam_member()
     donor_optimizer.v[0].assign(-tf.ones([2, 3]))
     donor_variables[0].assign(tf.fill([2, 3], 9.0))
-    answers = {
-        "PolicyStatus": _status(1, 21.0).encode(),
-        "PolicyState": donor._encode_state(4_000_000),
-    }
+    answers = _ranked_first_with(donor._encode_state(4_000_000))
     with _impostor(answers) as address:
         member, variables = _looking_member(address)
         before = [v.numpy().copy() for v in variables]
@@ -352,10 +354,7 @@ def test_a_donor_whose_weights_its_actors_games_would_be_refused_for_is_not_kept
     are refused for: the learners would wait for ever for a batch, never to look again."""
     donor_variables, _, donor = _adam_member()
     donor_variables[0].assign(tf.fill([2, 3], 1e6))
-    answers = {
-        "PolicyStatus": _status(1, 21.0).encode(),
-        "PolicyState": donor._encode_state(4_000_000),
-    }
+    answers = _ranked_first_with(donor._encode_state(4_000_000))
     with _impostor(answers) as address:
         member, variables = _looking_member(address)
         before = [v.numpy().copy() for v in variables]
