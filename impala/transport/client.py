@@ -57,6 +57,12 @@ _BUSY_FIRST_PAUSE_SECS = 0.01
 _BUSY_MAX_PAUSE_SECS = 1.0
 
 
+def first_detail(error: grpc.RpcError) -> str:
+    """The first line of a failed call's details, printable ('' if none)."""
+    lines = (error.details() or "").splitlines()
+    return printable(lines[0]) if lines else ""
+
+
 def _busy(error: grpc.RpcError) -> bool:
     """Whether a call ended RESOURCE_EXHAUSTED for the learner's bounds of calls under way or
     of replies not yet read (worth trying again), not for a message too large (which is not)."""
@@ -353,7 +359,7 @@ class ActorClient:
 
     def _translated(self, error: grpc.RpcError, method: str) -> Exception:
         code = error.code()
-        details = printable((error.details() or "").splitlines()[0] if error.details() else "")
+        details = first_detail(error)
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return LearnerUnreachableError(
                 f"{method} call to learner {self._address} failed: {details or code.name}"

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import grpc
 
-from impala.printable import printable
 from impala.transport import wire
-from impala.transport.client import open_channel
+from impala.transport.client import first_detail, open_channel
 
 
 class PolicyPeer:
@@ -54,8 +53,8 @@ class PolicyPeer:
             return method(b"", timeout=timeout_secs, metadata=self._metadata)
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-                details, name = (error.details() or "").splitlines(), error.code().name
-                self.last_failure = f"{name}: {printable(details[0])}" if details else name
+                details, name = first_detail(error), error.code().name
+                self.last_failure = f"{name}: {details}" if details else name
             return None
 
     def close(self) -> None:
