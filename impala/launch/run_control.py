@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import posixpath
 import shlex
 import subprocess
 import time
@@ -126,8 +127,15 @@ def _preflight(host: Host, plan: HostPlan) -> None:
 
 
 def _check_worker_command(worker, bare: bool = True) -> str:
-    """A shell command that fails with one line naming what is missing or busy. Every value from
-    the CSV is quoted: in the tests, in the messages echoed and in the Python probe.
+    """A shell command that fails with one line naming what is missing, busy or not trusted.
+    Every value from the CSV is quoted: in the tests, in the messages echoed and in the Python
+    probe.
+
+    A bare process runs the workdir's `experiment.py` with the row's python, and Python
+    imports from the workdir first: whoever can write there, or swap the interpreter, runs
+    code as this user with the run secret in reach. So the workdir, its `experiment.py` and
+    the python must be trusted (`_TRUSTED`) before anything runs them, the learner's port
+    probe included.
 
     Args:
       bare: the process runs on the host, not in a container: its python must be there.
@@ -140,6 +148,19 @@ def _check_worker_command(worker, bare: bool = True) -> str:
         f"test -x {python} || "
         + fail_with(f"python {worker.python} is not an executable (run make setup there)")
     )
+    script = posixpath.join(worker.workdir, "experiment.py")
+    checks.append(
+        f"test -f {shlex.quote(script)} || "
+        + fail_with(f"workdir {worker.workdir} has no experiment.py (not the project)")
+    )
+    checks.append(_TRUSTED)
+    for what, path in (
+        ("workdir", worker.workdir),
+        ("python", worker.python),
+        ("workdir", script),
+    ):
+        shown = shlex.quote(f"{what} {path}")
+        checks.append(f"trusted {shown} {shlex.quote(posixpath.normpath(path))}")
     if worker.job == "learner":
         where = f"tf_port {worker.tf_port} on {worker.host}: "
         probe = (
@@ -150,6 +171,33 @@ def _check_worker_command(worker, bare: bool = True) -> str:
         )
         checks.append(f"{python} -c {shlex.quote(probe)}")
     return " && ".join(checks)
+
+
+# Shell: `trusted WHAT PATH` fails with one line unless no one but this user and root can
+# change what PATH runs. On the path as given, on every link it leads through and on its real
+# path, every component (symlinks included) is theirs, no folder above is writable by others
+# unless sticky (as /tmp: others cannot rename what is ours), and PATH itself (the workdir, a
+# script, the interpreter) is not writable by others, sticky or not (a sticky /tmp as the
+# workdir would let anyone add a module Python imports first). Group-writable paths are the
+# group's trust, as for the run folder (`hosts.unsafe_folder`); ACLs are not read.
+_TRUSTED = (
+    "me=$(id -u) && "
+    'ours() { [ -n "$(find "$1" -maxdepth 0 \\( -user "$me" -o -user 0 \\) -print)" ]; } && '
+    'open_to_all() { [ -n "$(find "$1" -maxdepth 0 -perm -0002 -print)" ]; } && '
+    'sticky() { [ -n "$(find "$1" -maxdepth 0 -perm -1000 -print)" ]; } && '
+    "untrusted() { printf '%s\\n' \"$1: $2 (someone else could change the code this run "
+    'executes)"; exit 3; } && '
+    "chain() { p=$2; last=1; while :; do "
+    'ours "$p" || untrusted "$1" "$p is another user\'s"; '
+    'if [ ! -L "$p" ] && open_to_all "$p"; then '
+    '[ -n "$last" ] && untrusted "$1" "$p is writable by others"; '
+    'sticky "$p" || untrusted "$1" "$p is writable by others and not sticky"; fi; '
+    'last=; [ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
+    'trusted() { q=$2; hops=0; while :; do chain "$1" "$q"; [ -L "$q" ] || break; '
+    't=$(readlink -- "$q"); case $t in /*) q=$t ;; *) q=${q%/*}/$t ;; esac; '
+    'hops=$((hops + 1)); [ "$hops" -le 40 ] || untrusted "$1" "$2 leads through too many links"; '
+    'done; chain "$1" "$(readlink -f -- "$2")"; }'
+)
 
 
 # ---- The run's SSH keys ------------------------------------------------------------------------

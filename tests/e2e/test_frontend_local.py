@@ -6,6 +6,7 @@ import shlex
 import signal
 import stat
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -248,6 +249,34 @@ def test_a_path_with_shell_characters_is_passed_intact_and_runs_nothing(
     assert _one_line_error(started) == (
         "run_experiment_mm_raw.py: error: localhost (learner_0, CSV line 2): "
         f"{field} {value} {what}"
+    )
+    assert not marker.exists()
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
+def test_a_workdir_others_can_write_to_runs_nothing_of_theirs(tmp_path, run_name):
+    # Whoever wrote the CSV names a workdir where another user of the host has planted code: a
+    # folder open to all (sticky, as /tmp) holding their experiment.py and a module Python
+    # would import first. The start refuses the row in one line before anything runs there.
+    marker = _marker(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = f"open({str(marker)!r}, 'w').write('ran')\n"
+    (shared / "experiment.py").write_text(planted)
+    (shared / "socket.py").write_text(planted)  # the learner's port probe imports socket
+    python = os.path.realpath(sys.executable)
+    row = {"host": "localhost", "workdir": str(shared), "python": python}
+    path = hostile_csv.write_csv(
+        tmp_path / "shared.csv",
+        [{**row, "job": "learner", "tf_port": str(free_ports(1)[0])}, {**row, "job": "actor"}],
+    )
+    started = run_frontend(f"--workers_csv_path={path}", f"--run_name={run_name}")
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert _one_line_error(started) == (
+        "run_experiment_mm_raw.py: error: localhost (learner_0, CSV line 2): "
+        f"workdir {shared}: {shared} is writable by others (someone else could change the "
+        "code this run executes)"
     )
     assert not marker.exists()
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout

@@ -2,6 +2,8 @@
 
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -154,3 +156,99 @@ def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_pat
     assert stat.S_IMODE(os.stat(copy).st_mode) == 0o600
     with pytest.raises(hosts.HostError, match=r"^localhost: .*refusing to write"):
         host.write_tls(copy, run_secret.create(str(tmp_path / "secret")))
+
+
+def _worker(workdir, python, job="actor"):
+    return workers_csv.Worker(
+        job=job,
+        task=0,
+        host="localhost",
+        tf_port=None,
+        ssh_port=22,
+        ssh_user="me",
+        ssh_key="",
+        cuda_visible_devices="",
+        workdir=workdir,
+        python=python,
+        line=2,
+        policy=None,
+    )
+
+
+def _check(workdir, python):
+    """The start's check of a row's workdir and python, run through bash here: its exit
+    status and what it said."""
+    command = run_control._check_worker_command(_worker(workdir, python))
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _project(folder):
+    """`folder` made a project: an experiment.py and a python linked to this interpreter."""
+    os.makedirs(os.path.join(folder, "bin"), exist_ok=True)
+    with open(os.path.join(folder, "experiment.py"), "w") as f:
+        f.write("")
+    python = os.path.join(folder, "bin", "python")
+    os.symlink(os.path.realpath(sys.executable), python)
+    return python
+
+
+def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
+    """A bare process runs the workdir's experiment.py with the row's python, and Python imports
+    from the workdir first: a workdir or interpreter another user can write to, or owns, would
+    run their code as this user, with the run secret in reach. The start refuses such a row
+    before anything runs there, and says what and why in one line."""
+    with tempfile.TemporaryDirectory() as scratch:
+        project = os.path.join(scratch, "project")
+        python = _project(project)
+        assert _check(project, python) == (0, "")
+
+        # The workdir open to all, even sticky as /tmp is: anyone could add a module there.
+        os.chmod(project, 0o1777)
+        assert _check(project, python) == (
+            3,
+            f"workdir {project}: {project} is writable by others (someone else could change "
+            "the code this run executes)",
+        )
+        os.chmod(project, 0o755)
+
+        # A folder above it others can write to and rename things in.
+        os.chmod(scratch, 0o777)
+        code, said = _check(project, python)
+        assert code == 3 and said.startswith(
+            f"workdir {project}: {scratch} is writable by others and not sticky"
+        )
+        os.chmod(scratch, 0o1777)  # sticky, as /tmp: others cannot rename what is ours
+        assert _check(project, python) == (0, "")
+        os.chmod(scratch, 0o700)
+
+        # The project's experiment.py writable by others.
+        script = os.path.join(project, "experiment.py")
+        os.chmod(script, 0o666)
+        assert _check(project, python)[1].startswith(
+            f"workdir {script}: {script} is writable by others"
+        )
+        os.chmod(script, 0o644)
+
+        # An interpreter that is a link into a folder anyone can write to: its real path counts.
+        open_bin = os.path.join(scratch, "open")
+        os.mkdir(open_bin)
+        os.chmod(open_bin, 0o777)
+        planted = os.path.join(open_bin, "python3")
+        os.symlink(os.path.realpath(sys.executable), planted)
+        linked = os.path.join(project, "bin", "python-open")
+        os.symlink(planted, linked)
+        assert _check(project, linked)[1].startswith(
+            f"python {linked}: {open_bin} is writable by others and not sticky"
+        )
+
+        if os.getuid() == 0:  # only root can give a path to another user
+            os.chown(script, 65534, 65534)
+            assert _check(project, python)[1].startswith(
+                f"workdir {script}: {script} is another user's"
+            )
+            os.chown(script, 0, 0)
+            theirs = os.path.join(project, "bin", "theirs")
+            os.symlink(os.path.realpath(sys.executable), theirs)
+            os.lchown(theirs, 65534, 65534)  # a link they could point elsewhere
+            assert _check(project, theirs)[1].startswith(f"python {theirs}: {theirs} is another")
