@@ -108,6 +108,7 @@ def local_secret(run_name: str) -> str:
     run_dir = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
     os.makedirs(run_dir, exist_ok=True)
     secret, created = run_secret.ensure(run_secret.path_in(run_dir))
+    run_folder.check_safe(run_dir)
     print(f"run secret {'created in' if created else 'from'} {run_secret.path_in(run_dir)}")
     return secret
 
@@ -233,7 +234,8 @@ def main(argv: list[str]) -> int:
             return run_control.start_run(plans, ssh, secret, keys, tls_bundle)
         actions = {"status": run_control.print_status, "stop": run_control.stop_run}
         return actions[FLAGS.action](plans, ssh)
-    except (hosts.HostError, run_secret.SecretError, run_tls.TlsError) as error:
+    except (hosts.HostError, run_secret.SecretError, run_tls.TlsError, ValueError) as error:
+        # ValueError: this machine's run folder is another user's to change (`check_safe`).
         print(f"run_experiment_mm_raw.py: error: {error}", file=sys.stderr)
         return 1
 

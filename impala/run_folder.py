@@ -205,6 +205,57 @@ def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
     write_json(os.path.join(run_dir, FLAGS_FILE), dict(flag_values), sort_keys=True)
 
 
+def not_plain_absolute(folder: str) -> bool:
+    """Whether `folder` is relative or has a '..' (which would walk the path as given wrong)."""
+    return not os.path.isabs(folder) or ".." in folder.split("/")
+
+
+def unsafe_folder(folder: str) -> str | None:
+    """Why another user could change what is written in `folder` (absolute), or None: on the
+    path as given or on its real path, a folder owned by someone other than root or this user,
+    or writable by others without the sticky bit, or a symlink another user owns (which they
+    could point elsewhere). Group-writable folders are the group's trust, left alone; ACLs
+    are not read."""
+    if not_plain_absolute(folder):
+        return f"{folder} is not an absolute path without '..'"
+    for path in (os.path.normpath(folder), os.path.realpath(folder)):
+        while True:
+            status = os.lstat(path)
+            if status.st_uid not in (0, os.getuid()):
+                kind = "symlink" if stat.S_ISLNK(status.st_mode) else "folder"
+                return f"{path}: a {kind} owned by another user"
+            writable = status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX
+            if writable and not stat.S_ISLNK(status.st_mode):
+                return f"{path} is writable by others and not sticky"
+            if path == os.path.dirname(path):
+                break
+            path = os.path.dirname(path)
+    return None
+
+
+def check_safe(run_dir: str) -> None:
+    """Refuses a run folder another user could change (`unsafe_folder`, on the folder or, for
+    a new one, on the nearest folder above it that exists): its processes would read back and
+    append to files they could plant or swap, such as a `flags.json` that turns the run's
+    protections off, or a log that is a link to a file of this user's.
+
+    Raises:
+      ValueError: one line, naming the folder and why.
+    """
+    folder = os.path.abspath(run_dir)
+    while not os.path.lexists(folder) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    try:
+        why = unsafe_folder(folder)
+    except OSError as error:  # a part of it removed or made a dangling link meanwhile
+        why = f"{error.filename}: {error.strerror}"
+    if why:
+        raise ValueError(
+            f"run folder {run_dir}: {why}; another user could change what the run reads and "
+            "writes there (give --logdir a folder of yours)"
+        )
+
+
 def current_umask() -> int:
     """The process's umask: from /proc (Linux), else by setting it and setting it back, which
     for an instant gives the other threads' new files no mask."""

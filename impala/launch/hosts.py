@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import stat
 import subprocess
 import threading
 import time
@@ -21,6 +20,7 @@ import paramiko
 from impala import run_folder, run_secret, run_tls
 from impala.launch.run_plan import HostPlan
 from impala.printable import printable
+from impala.run_folder import not_plain_absolute, unsafe_folder
 
 # The longest message a HostError carries, a host's answer included.
 MAX_MESSAGE_CHARS = 500
@@ -82,34 +82,6 @@ class Host:
         return output
 
 
-def _not_plain_absolute(folder: str) -> bool:
-    """Whether `folder` is relative or has a '..' (which would walk the path as given wrong)."""
-    return not os.path.isabs(folder) or ".." in folder.split("/")
-
-
-def unsafe_folder(folder: str) -> str | None:
-    """Why another user could change what is written in `folder` (absolute), or None: on the
-    path as given or on its real path, a folder owned by someone other than root or this user,
-    or writable by others without the sticky bit, or a symlink another user owns (which they
-    could point elsewhere). Group-writable folders are the group's trust, left alone; ACLs
-    are not read."""
-    if _not_plain_absolute(folder):
-        return f"{folder} is not an absolute path without '..'"
-    for path in (os.path.normpath(folder), os.path.realpath(folder)):
-        while True:
-            status = os.lstat(path)
-            if status.st_uid not in (0, os.getuid()):
-                kind = "symlink" if stat.S_ISLNK(status.st_mode) else "folder"
-                return f"{path}: a {kind} owned by another user"
-            writable = status.st_mode & stat.S_IWOTH and not status.st_mode & stat.S_ISVTX
-            if writable and not stat.S_ISLNK(status.st_mode):
-                return f"{path} is writable by others and not sticky"
-            if path == os.path.dirname(path):
-                break
-            path = os.path.dirname(path)
-    return None
-
-
 class LocalHost(Host):
     """This machine: tmux through libtmux, no SSH."""
 
@@ -153,8 +125,12 @@ class LocalHost(Host):
 
     def _write_run_file(self, path: str, content: str, load, write, error_type) -> None:
         """Writes an owner-only run file (`write`), unless `path` holds `content` already
-        (`load`): this machine's own copy, the one the frontend made."""
+        (`load`): this machine's own copy, the one the frontend made. Only into a folder no
+        one else can change (`unsafe_folder`), as `write_file`."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        unsafe = unsafe_folder(os.path.abspath(os.path.dirname(path)))
+        if unsafe:
+            raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
         try:
             if load(path) == content:
                 return
@@ -243,7 +219,7 @@ class SshHost(Host):
         # a rename replaces a symlink at the target, never follows it, and `mv -T` fails on a
         # folder there rather than moving the file into it.
         given = os.path.dirname(path)
-        if _not_plain_absolute(given):
+        if not_plain_absolute(given):
             raise HostError(f"{self.name}: writing {path}: not an absolute path without '..'")
         given, name = shlex.quote(os.path.normpath(given)), shlex.quote(os.path.basename(path))
         command = (

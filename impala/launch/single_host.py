@@ -357,6 +357,7 @@ def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
     experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
     run_dir = run_folder.path(FLAGS.logdir, experiment_name)
     given, num_learners, num_actors, resuming = run_flags(run_dir)
+    run_folder.check_safe(run_dir)  # before its flags.json is read
     planning.check_hyperparameters(given)  # as every process will, before any starts
     check_launcher_flags(num_learners, num_actors, int(given.get("num_policies", 1)))
     check_synchronous_rounds(given, num_learners, num_actors)

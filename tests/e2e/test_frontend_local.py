@@ -282,6 +282,25 @@ def test_a_workdir_others_can_write_to_runs_nothing_of_theirs(tmp_path, run_name
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
 
 
+def test_a_run_folder_others_can_write_to_gets_no_secret(tmp_path, run_name):
+    # --logdir under a folder another user can write to (777, not sticky): they could swap the
+    # secret for theirs or link the logs to a file of yours. Refused before anything is made.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    csv_path = os.path.join(ROOT, "sandbox", "local_workers_example.csv")
+    args = [f"--workers_csv_path={csv_path}", f"--run_name={run_name}", f"--logdir={shared}"]
+    started = run_frontend(*args)
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert _one_line_error(started) == (
+        f"run_experiment_mm_raw.py: error: run folder {shared / run_name}: {shared} is writable "
+        "by others and not sticky; another user could change what the run reads and writes "
+        "there (give --logdir a folder of yours)"
+    )
+    assert os.listdir(shared) == []
+    assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
+
+
 @pytest.mark.slow
 def test_a_run_starts_and_stops_in_a_workdir_and_python_with_shell_characters(tmp_path, run_name):
     marker = _marker(tmp_path)

@@ -567,3 +567,48 @@ def test_the_learning_benchmark_refuses_a_damaged_summary_in_one_line(tmp_path, 
     refusal = f"--out_dir={out_dir} already holds a finished run, whose {summary} cannot be read"
     assert f"{refusal} (" in line and (reason is None or reason in line)
     assert _digests(tmp_path) == before
+
+
+# --------------------------------------------------------------------------- #
+# A run folder another user can change: refused before anything in it is read.
+# --------------------------------------------------------------------------- #
+
+
+@pytest.mark.parametrize(
+    "argv,prefix",
+    [
+        (["run_local.py"], "run_local.py: error: run folder "),
+        (
+            ["experiment.py", "--job_name=learner", "--learner_hosts=localhost:1"],
+            "experiment.py: error: run folder ",
+        ),
+    ],
+    ids=["run_local", "learner"],
+)
+def test_a_run_folder_others_can_write_to_is_refused_before_its_flags_are_read(
+    tmp_path, argv, prefix
+):
+    # Another user of the machine can write to the folder above the run (mode 777, not sticky):
+    # they plant a flags.json that turns the run's protections off (owner-only files, TLS) and
+    # a log that is a link to a file of the victim's. Nothing of it is read or written through.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    run_dir = shared / "run"
+    run_dir.mkdir()
+    (run_dir / run_folder.FLAGS_FILE).write_text(
+        json.dumps({"private_run_files": False, "transport_tls": False, "batch_size": 2})
+    )
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    os.symlink(victim, run_dir / "learners.log")
+    before = _digests(run_dir)
+    result = _command(*argv, f"--logdir={shared}", "--experiment=run")
+    line = _one_line_error(result, prefix)
+    assert line.endswith(
+        f"{shared} is writable by others and not sticky; another user could change what the "
+        "run reads and writes there (give --logdir a folder of yours)"
+    ), line
+    assert result.returncode == 2
+    assert _digests(run_dir) == before and victim.read_text() == "mine\n"
+    assert sorted(os.listdir(run_dir)) == ["flags.json", "learners.log"]

@@ -141,6 +141,17 @@ def test_this_machine_refuses_to_write_where_others_could_swap_the_file():
             host.write_file(os.path.join(mine, "..", "mine", "x"), "x")
 
 
+def test_this_machine_writes_the_secret_only_where_no_one_else_can_swap_it(tmp_path):
+    """As every other file: the window's `tee -a` would follow a log link planted there."""
+    host = hosts.LocalHost("localhost")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(hosts.HostError, match=r"shared is writable by others and not sticky$"):
+        host.write_secret(str(shared / "run" / "secret"), "0" * 64)
+    assert not (shared / "run" / "secret").exists()
+
+
 def test_this_machine_keeps_its_own_copy_and_replaces_another_owner_only(tmp_path):
     host = hosts.LocalHost("localhost")
     made = str(tmp_path / "made" / "tls.pem")
