@@ -7,9 +7,10 @@
   python run_experiment_mm_raw.py --workers_csv_path=... --dry_run
 
 Every process runs in a tmux session named after the run on its host (one window per process),
-so the run does not depend on this machine staying connected. Learners start with one mpirun on
-the first learner host. Hosts that are this machine are driven through local tmux; the others
-over SSH. Every experiment.py flag given here is passed to every process.
+so the run does not depend on this machine staying connected. Learners start on the first
+learner host: a learner alone as its own process, several with one mpirun. Hosts that are this
+machine are driven through local tmux; the others over SSH. Every experiment.py flag given here
+is passed to every process.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "max_learner_restarts",
     3,
-    "Restarts of the learners' mpirun when a learner dies; they resume from the latest checkpoint.",
+    "Restarts of the learners (the learner alone, or their mpirun) when a learner dies; they "
+    "resume from the latest checkpoint.",
 )
 flags.DEFINE_integer(
     "restart_max_delay_secs", 30, "The longest wait before restarting a process that died."
@@ -106,9 +108,9 @@ def local_secret(run_name: str) -> str:
     """The run's secret, kept in its run folder on this machine (made on the first start): the
     frontend copies it to every host's run folders. Rotate it by writing a new one there."""
     run_dir = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
+    run_folder.check_safe(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     secret, created = run_secret.ensure(run_secret.path_in(run_dir))
-    run_folder.check_safe(run_dir)
     print(f"run secret {'created in' if created else 'from'} {run_secret.path_in(run_dir)}")
     return secret
 

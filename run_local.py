@@ -1,4 +1,5 @@
-"""Train on this machine through the real distributed path: learners under mpirun, actor processes.
+"""Train on this machine through the real distributed path: learner and actor processes, the
+learners of a policy under one mpirun when several (their ranks talk through shared memory).
 
   python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
   python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4

@@ -23,8 +23,8 @@ usage() {
   cat <<'TEXT'
 impala-horovod image: every role of a run, chosen by the command.
 
-  learners (mpirun, one rank per learner; ranks on other hosts need `sshd` there):
-    mpirun -np 1 python -u experiment.py --job_name=learner --learner_hosts=HOST:PORT \
+  a learner alone (several: under mpirun, one rank each; ranks on other hosts need `sshd`):
+    python -u experiment.py --job_name=learner --learner_hosts=HOST:PORT \
         --actor_hosts=A,B --experiment=NAME
   an actor:
     python -u experiment.py --job_name=actor --task=0 --learner_hosts=HOST:PORT \

@@ -1,9 +1,12 @@
-"""How the learners of a multi-host run start: one mpirun, in the window `learners` on the first
-learner host, that reaches the other learner hosts over SSH.
+"""How the learners of a multi-host run start, in the window `learners` on the first learner
+host: a learner alone as its own process, as run_local.py starts one (a world of one needs no
+Horovod, and mpirun would open its unauthenticated out-of-band listener on every interface for
+nothing); several with one mpirun, that reaches the other learner hosts over SSH.
 
-Bare processes: mpirun's ssh reads a generated ssh config (`ssh_config`). In containers: mpirun
-runs in one container on the first learner host and starts the other hosts' ranks through an
-SSH server container on each (window `sshd`), with the run's own keys.
+Bare processes: mpirun's ssh reads a generated ssh config (`ssh_config`). In containers: the
+learner alone, or mpirun, runs in one container on the first learner host; mpirun starts the
+other hosts' ranks through an SSH server container on each (window `sshd`), with the run's own
+keys.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class LearnerLaunch:
     """What starting the learners takes.
 
     Attributes:
-      line: the shell line of the learners' window on the first learner host (their mpirun).
+      line: the shell line of the learners' window on the first learner host (the learner
+        alone, or the mpirun of several).
       files: host -> (path, content) of files to write there first (mpirun's ssh config).
       sshd_lines: (host, shell line) of the sshd container window of each learner host but the
         first, in start order.
@@ -51,7 +55,7 @@ def plan_learners(
     accept_unknown_host_keys: bool,
     known_hosts: str,
 ) -> LearnerLaunch:
-    """How the learners start: bare, or in `containers`.
+    """How the learners start: bare, or in `containers`; a learner alone without mpirun.
 
     Args:
       run: the run.
@@ -62,9 +66,40 @@ def plan_learners(
     Raises:
       ValueError: a run folder path, host, user or key path mpirun cannot be given.
     """
+    if len(run.learners) == 1:
+        return LearnerLaunch(_alone(run, containers))
     if containers:
         return _in_containers(run, containers)
     return _bare(run, accept_unknown_host_keys, known_hosts)
+
+
+def _alone(run: RunLayout, containers: Containers | None) -> str:
+    """The shell line of a learner alone: its own process (Horovod stays unloaded without an
+    MPI world of several, `impala/learner/world.py`), with the environment mpirun gave it; in a
+    container of its own as an actor's, stopped as mpirun was (SIGUSR1 through the container's
+    init, which passes it on)."""
+    (worker,) = run.learners
+    env = ["PYTHONUNBUFFERED=1", f"CUDA_VISIBLE_DEVICES={worker.cuda_visible_devices}"]
+    if not containers:
+        argv = learner_command(
+            worker.python, "experiment.py", run.learner_hosts, run.actor_hosts, run.learner_flags
+        )
+        return shell_line(["env", *env, *argv])
+    argv = learner_command(
+        IMAGE_PYTHON,
+        "experiment.py",
+        run.learner_hosts,
+        run.actor_hosts,
+        run.container_flags(worker, learner=True),
+    )
+    return containers.run_line(
+        session_name(run.run_name, worker.host),
+        LEARNERS_WINDOW,
+        [posixpath.join(worker.workdir, run.log_dir)],
+        env,
+        argv,
+        gpus=bool(worker.cuda_visible_devices),
+    )
 
 
 # ---- Bare processes ---------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def learner_command(
     actor_hosts: Sequence[str],
     flags: Iterable[str],
 ) -> list[str]:
-    """The command every learner rank runs (under mpirun, which gives each its rank)."""
+    """The command every learner runs: alone, or as a rank under mpirun (which gives each its
+    rank)."""
     return _experiment_command(
         python, script, ["--job_name=learner"], learner_hosts, actor_hosts, flags
     )
@@ -99,7 +100,8 @@ def mpirun(
     np_first: bool = False,
 ) -> list[str]:
     """The `mpirun` argv of both learner launches: the ranks' hosts and how ranks map to them,
-    `options`, then what the ranks run.
+    the learners' Open MPI settings (`mpi_settings.default_mca`: with every rank on one host,
+    shared memory between them and no TCP listener), `options`, then what the ranks run.
 
     Args:
       hosts: the host of each rank, in rank order (a host may repeat: one slot per rank).
@@ -117,8 +119,8 @@ def mpirun(
     # to the r-th host listed.
     argv += ["--bind-to", "none", "--map-by", "slot"]
     # The learners' Open MPI settings (impala/launch/mpi_settings.py), unless `options` give one
-    # too: mpirun refuses a setting given twice.
-    for name, value in mpi_settings.default_mca().items():
+    # too: mpirun refuses a setting given twice. Ranks all on one host: shared memory only.
+    for name, value in mpi_settings.default_mca(one_host=len(slots) == 1).items():
         if name not in options:
             argv += ["--mca", name, value]
     argv += options

@@ -107,7 +107,8 @@ class RunLayout:
 
     @property
     def learners_window(self) -> str:
-        """The tmux window of these learners' mpirun: `learners`, or `policy_<k>_learners`."""
+        """The tmux window of these learners (the learner alone, or their mpirun): `learners`,
+        or `policy_<k>_learners`."""
         return window_name(LEARNERS_WINDOW, self.policy)
 
     def actor_window(self, actor: Worker) -> str:

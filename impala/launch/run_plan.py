@@ -90,18 +90,20 @@ def plan_run(
 ) -> list[HostPlan]:
     """Every host's tmux session and the exact command of each window.
 
-    Learners start with one mpirun in a window `learners` on the first learner host; it reaches
-    the other learner hosts over SSH with a generated ssh config. Actors each get a window
-    `actor_<task>` on their host. Every process gets the same hyperparameter `flags`, and the
-    run folder `<logdir>/<run_name>` (relative to each host's workdir unless absolute) for its
-    log; learners keep the run's checkpoints and summaries there. Each window starts its process
-    again when it dies (`restarts`): the learners resume from the latest checkpoint.
+    Learners start in a window `learners` on the first learner host: a learner alone as its own
+    process, several with one mpirun that reaches the other learner hosts over SSH with a
+    generated ssh config (ranks all on one host talk through shared memory only). Actors each
+    get a window `actor_<task>` on their host. Every process gets the same hyperparameter
+    `flags`, and the run folder `<logdir>/<run_name>` (relative to each host's workdir unless
+    absolute) for its log; learners keep the run's checkpoints and summaries there. Each window
+    starts its process again when it dies (`restarts`): the learners resume from the latest
+    checkpoint.
 
     With `containers`, each window runs its process in a container of the image instead (the
-    learners: their mpirun, in one container on the first learner host), with the run folder
-    at the same path inside as on the host. Every other learner host then runs an SSH server in
-    a container (window `sshd`), through which that mpirun starts its ranks there, with the
-    run's own keys (`key_files`).
+    learners: the learner alone or their mpirun, in one container on the first learner host),
+    with the run folder at the same path inside as on the host. With learners on several hosts
+    every other learner host then runs an SSH server in a container (window `sshd`), through
+    which that mpirun starts its ranks there, with the run's own keys (`key_files`).
 
     Each host gets the run secret in the run folder of each of its workdirs (`secret_paths`),
     and with `tls` (--transport_tls, among `flags`) the run's TLS bundle beside it
@@ -109,8 +111,8 @@ def plan_run(
     folder and log owner-only (umask 077).
 
     With `num_policies` > 1 (--num_policies, among `flags`) each policy is a run of its own rows
-    (`run_layout.policy_layouts` says which), in its folder `<run>/policy_<k>/`: its learners'
-    mpirun in a window `policy_<k>_learners` on its first learner host, its actors in windows
+    (`run_layout.policy_layouts` says which), in its folder `<run>/policy_<k>/`: its learners
+    in a window `policy_<k>_learners` on its first learner host, its actors in windows
     `policy_<k>_actor_<task>`; the secret and TLS bundle stay in the run folder. `source` names
     the CSV in messages. `synchronous_round` (--batch_size, --num_envs_per_actor), for
     synchronous collection: every learner's actors must fill its batch with one version's

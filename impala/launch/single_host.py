@@ -1,4 +1,5 @@
-"""Train on this machine through the real distributed path: learners under mpirun, actor processes.
+"""Train on this machine through the real distributed path: learner and actor processes, the
+learners of a policy under one mpirun when several (their ranks talk through shared memory).
 
   python run_local.py                                  # 1 learner, 2 actors, Pong (make train)
   python run_local.py --num_learners=2 --num_actors=4 --level_name=BreakoutNoFrameskip-v4
@@ -356,8 +357,8 @@ def _checked_run() -> tuple[str, str, dict[str, object], int, int]:
     run_folder.check_name(FLAGS.experiment)
     experiment_name = FLAGS.experiment or run_folder.default_name(FLAGS.level_name)
     run_dir = run_folder.path(FLAGS.logdir, experiment_name)
-    given, num_learners, num_actors, resuming = run_flags(run_dir)
     run_folder.check_safe(run_dir)  # before its flags.json is read
+    given, num_learners, num_actors, resuming = run_flags(run_dir)
     planning.check_hyperparameters(given)  # as every process will, before any starts
     check_launcher_flags(num_learners, num_actors, int(given.get("num_policies", 1)))
     check_synchronous_rounds(given, num_learners, num_actors)

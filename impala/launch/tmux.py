@@ -17,8 +17,9 @@ from impala import run_folder
 from impala.launch.planning import shell_line
 from impala.printable import printable
 
-# The tmux window of a run's mpirun, on the first learner host (a policy's: `policy_<k>_learners`
-# on its first learner host, in a run of several policies).
+# The tmux window of a run's learners (the learner alone, or the mpirun of several), on the first
+# learner host (a policy's: `policy_<k>_learners` on its first learner host, in a run of several
+# policies).
 LEARNERS_WINDOW = "learners"
 # The window of the SSH server (a container of the image) through which mpirun in the learners'
 # container on the first learner host starts the ranks of another learner host.
@@ -30,7 +31,7 @@ _STATUS_FORMAT = "#{window_name}|#{pane_dead}|#{pane_dead_status}"
 
 @dataclasses.dataclass(frozen=True)
 class Window:
-    """One tmux window: a process of the run (or the mpirun that starts all learners)."""
+    """One tmux window: a process of the run (or the mpirun that starts several learners)."""
 
     name: str
     command: str
@@ -134,18 +135,28 @@ def tmux_interrupt(session: str, window: str) -> list[str]:
 
 
 def is_learners_window(name: str) -> bool:
-    """Whether the window `name` runs learners' mpirun: `learners`, or a policy's
-    `policy_<k>_learners` in a run of several policies."""
+    """Whether the window `name` runs learners (alone, or their mpirun): `learners`, or a
+    policy's `policy_<k>_learners` in a run of several policies."""
     pattern = rf"{run_folder.POLICY_PREFIX}[0-9]+_{LEARNERS_WINDOW}"
     return name == LEARNERS_WINDOW or re.fullmatch(pattern, name) is not None
 
 
+# What the command line of a learners' window's process holds, and its other processes' (tee,
+# the shell's sleep between restarts) do not: the learner's command, itself or in mpirun's.
+_LEARNER_COMMAND = r" experiment\.py --job_name=learner "
+
+
 def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:
-    """Shell command sending SIGUSR1 to the mpirun of the learners' `window`, which passes it on
-    to every learner: they finish their step, save a checkpoint and exit. (Ctrl-C would make
-    mpirun kill them a moment later, saved or not.) Exits 1 if no mpirun runs in the window."""
+    """Shell command sending SIGUSR1 to the process the learners' `window` runs them with: the
+    learner alone, or the mpirun of several, which passes it on to every learner. They finish
+    their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a moment later,
+    saved or not, and would end the window's tee under a learner alone, which still writes.)
+    Exits 1 if no learner runs in the window."""
     pane = shlex.quote(f"={session}:{window}")
-    return f"pkill -USR1 -x mpirun -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\""
+    return (
+        f"pkill -USR1 -f -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\" "
+        f"-- {shlex.quote(_LEARNER_COMMAND)}"
+    )
 
 
 def tmux_kill_session(session: str) -> list[str]:

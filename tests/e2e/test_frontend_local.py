@@ -150,7 +150,7 @@ def test_local_start_status_stop_of_two_policies(run_name, tmp_path):
     assert stopped.returncode == 0, stopped.stderr
     assert processes_with(f"--experiment={run_name}") == []
     assert run_name not in subprocess.run(["tmux", "ls"], capture_output=True, text=True).stdout
-    # Each policy's learner was stopped through its own mpirun: it saved and said so.
+    # Each policy's learner (alone, without mpirun) got SIGUSR1: it saved and said so.
     for k in (0, 1):
         summary = json.loads(read_text(os.path.join(run_dir, f"policy_{k}", "learner_0.json")))
         assert summary["stopped_early"] and summary["steps"] > 0, summary

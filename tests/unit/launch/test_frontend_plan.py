@@ -7,13 +7,23 @@ import re
 import shlex
 import stat
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
 from impala import run_folder
-from impala.launch import learner_plan, run_control, run_layout, run_plan, tmux, workers_csv
+from impala.launch import (
+    learner_plan,
+    planning,
+    run_control,
+    run_layout,
+    run_plan,
+    tmux,
+    workers_csv,
+)
 from impala.launch.containers import Containers
-from tests.helpers import run_without_ml_stack
+from tests.helpers import read_text, run_without_ml_stack, wait_until
 
 HEADER = "job,host,tf_port,ssh_port,ssh_user,ssh_key,cuda_visible_devices,workdir,python"
 CSV = f"""{HEADER}
@@ -239,14 +249,57 @@ def test_session_names_are_per_run_and_host():
     assert tmux.session_name("my run", "10.0.0.2") == "impala_my_run_10_0_0_2"
 
 
-def test_learners_on_one_host_need_no_ssh_config(tmp_path):
+def test_learners_on_one_host_need_no_ssh_config_and_talk_through_shared_memory(tmp_path):
     path = tmp_path / "one.csv"
-    path.write_text(f"{HEADER}\nlearner,n1,8001,22,root,,,/w,\nactor,n2,,22,root,,,/w,\n")
+    path.write_text(
+        f"{HEADER}\nlearner,n1,8001,22,root,,,/w,\nlearner,n1,8002,22,root,,,/w,\n"
+        "actor,n2,,22,root,,,/w,\n"
+    )
     workers = workers_csv.read_workers(str(path), default_workdir="/w")
     (n1, _) = run_plan.plan_run(workers, [], "one")
     assert n1.files == ()
     assert "plm_rsh_args" not in n1.windows[0].command
     assert "--allow-run-as-root" in n1.windows[0].command  # Open MPI refuses root otherwise
+    # No TCP transport, whose listener every rank would open on every interface.
+    assert "mpirun -H n1:2 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 " + (
+        "--mca btl self,vader -x PYTHONUNBUFFERED=1 "
+    ) in _script(n1.windows[0])
+
+
+ONE_LEARNER = f"""{HEADER}
+learner,n1,8001,22,root,,0,/w,/opt/py
+actor,n2,,22,root,,,/w,
+"""
+
+
+def test_a_learner_alone_runs_as_its_own_process_without_mpirun(tmp_path):
+    """As run_local.py runs one: a world of one needs no Horovod, and mpirun would listen on
+    every interface (its out-of-band channel, unauthenticated) for ranks it never starts."""
+    path = tmp_path / "one.csv"
+    path.write_text(ONE_LEARNER)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    (n1, _) = run_plan.plan_run(workers, ["--batch_size=32"], "one")
+    assert [w.name for w in n1.windows] == ["learners"]
+    assert _script(n1.windows[0]) == (
+        "cd /w && mkdir -p runs/one && env PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 /opt/py -u "
+        "experiment.py --job_name=learner --learner_hosts=n1:8001 --actor_hosts=n2 "
+        "--batch_size=32 --logdir=runs --experiment=one 2>&1 | tee -a runs/one/learners.log"
+    )
+    assert n1.files == ()
+
+
+def test_the_dry_run_of_the_sandbox_example_starts_no_mpirun(tmp_path):
+    completed = run_without_ml_stack(
+        "run_experiment_mm_raw.py",
+        "--workers_csv_path=sandbox/local_workers_example.csv",
+        f"--logdir={tmp_path}",
+        "--dry_run",
+    )
+    assert completed.returncode == 0, completed.stderr
+    windows = [line for line in completed.stdout.splitlines() if line.startswith("window ")]
+    assert windows[0].startswith("window learners: ")
+    assert "--job_name=learner " in windows[0]
+    assert "mpirun" not in completed.stdout
 
 
 def test_tmux_window_keeps_its_pane_in_the_same_command_list():
@@ -276,11 +329,75 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
     ]
     # Sessions are matched exactly, never as a prefix of another session's name.
     assert tmux.tmux_kill_session("impala_run") == ["kill-session", "-t", "=impala_run"]
-    # Learners are stopped through their mpirun, which passes SIGUSR1 on to every rank.
+    # Learners are stopped through their window's process, the learner alone or the mpirun of
+    # several, which passes SIGUSR1 on to every rank.
     assert tmux.stop_learners_command("impala_run") == (
-        'pkill -USR1 -x mpirun -P "$(tmux display-message -p -t =impala_run:learners '
-        "'#{pane_pid}')\""
+        'pkill -USR1 -f -P "$(tmux display-message -p -t =impala_run:learners '
+        "'#{pane_pid}')\" -- ' experiment\\.py --job_name=learner '"
     )
+
+
+# A learner that saves when told (SIGUSR1), writing after the signal as the real one does.
+_SAVING_LEARNER = """\
+import signal, sys, time
+def stop(signum, frame):
+    print("saving", flush=True)
+    time.sleep(0.5)
+    print("saved", flush=True)
+    sys.exit(130)
+signal.signal(signal.SIGUSR1, stop)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _tmux(env, args):
+    return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, timeout=30)
+
+
+def _stop_learners(env, session):
+    command = tmux.stop_learners_command(session)
+    return subprocess.run(["bash", "-c", command], env=env, timeout=30).returncode
+
+
+def _window_states(env, session):
+    """(window, alive) of each window of `session`."""
+    listing = _tmux(env, tmux.tmux_list_windows(session)).stdout
+    return [(name, alive) for name, alive, _ in tmux.parse_status(listing)]
+
+
+@pytest.mark.parametrize("under_mpirun", [False, True])
+def test_stopping_a_learners_window_signals_its_learner_not_the_windows_tee(tmp_path, under_mpirun):
+    """The learner alone, or the mpirun of several, gets SIGUSR1; the window's tee lives on
+    and logs what the learner writes while it saves."""
+    (tmp_path / "experiment.py").write_text(_SAVING_LEARNER)
+    learner = [sys.executable, "-u", "experiment.py", "--job_name=learner", "--learner_hosts=x:1"]
+    if under_mpirun:
+        argv = planning.mpirun_command(["localhost"], learner, as_root=os.geteuid() == 0)
+    else:
+        argv = ["env", "PYTHONUNBUFFERED=1", *learner]
+    line = planning.shell_line(argv)
+    window = tmux.Window("learners", tmux.window_command(str(tmp_path), "logs", line, "w", 0, 1))
+    log = tmp_path / "logs" / "w.log"
+    # A tmux server of this test's own, its socket in a short folder (socket paths are short).
+    with tempfile.TemporaryDirectory(prefix="tmux") as sockets:
+        env = {**os.environ, "TMUX_TMPDIR": sockets}
+        env.pop("TMUX", None)
+        try:
+            _tmux(env, tmux.tmux_new_window("impala_t", window, first=True))
+            wait_until(lambda: "training" in read_text(log), 30, lambda: read_text(log))
+            assert _stop_learners(env, "impala_t") == 0
+            ended = [("learners", False)]
+            wait_until(lambda: _window_states(env, "impala_t") == ended, 30, str(log))
+            # Its last lines logged, and no word from the window's shell: the learners exited
+            # with 130, stopped (any other code would have been reported).
+            assert "saving\nsaved\n" in read_text(log), read_text(log)
+            assert "[frontend]" not in read_text(log), read_text(log)
+            # Nothing left to stop: the caller falls back to Ctrl-C.
+            assert _stop_learners(env, "impala_t") == 1
+        finally:
+            _tmux(env, ["kill-server"])
 
 
 def test_status_parsing_and_summary_line():
@@ -528,10 +645,30 @@ def test_with_an_image_the_learners_mpirun_runs_every_rank_in_one_container(tmp_
     ]
     assert inside == [
         *("mpirun", "-H", "localhost:2", "--bind-to", "none", "--map-by", "slot"),
-        *("--mca", "mpi_yield_when_idle", "1"),
+        *("--mca", "mpi_yield_when_idle", "1", "--mca", "btl", "self,vader"),
         *("-x", "PYTHONUNBUFFERED=1"),
         *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=0", *learner, ":"),
         *("-np", "1", "-wdir", "/opt/impala", "-x", "CUDA_VISIBLE_DEVICES=", *learner),
+    ]
+
+
+def test_with_an_image_a_learner_alone_runs_in_its_container_without_mpirun(tmp_path):
+    path = tmp_path / "cluster.csv"
+    path.write_text(ONE_LEARNER)
+    workers = workers_csv.read_workers(str(path), default_workdir="/w")
+    containers = Containers("registry.example/impala:1.0", ("docker",))
+    (n1, _) = run_plan.plan_run(workers, ["--batch_size=32"], "cluster", containers=containers)
+    assert [w.name for w in n1.windows] == ["learners"] and n1.key_files == ()
+    outside, inside = _container_argv(n1.windows[0], runtime="docker")
+    assert outside[outside.index("-v") :] == [
+        *("-v", "/w/runs/cluster:/w/runs/cluster"),
+        *("-e", "PYTHONUNBUFFERED=1", "-e", "CUDA_VISIBLE_DEVICES=0"),
+        *("--gpus", "all"),
+    ]
+    assert inside == [
+        *("/opt/impala/.venv/bin/python", "-u", "experiment.py", "--job_name=learner"),
+        *("--learner_hosts=n1:8001", "--actor_hosts=n2", "--batch_size=32"),
+        *("--logdir=/w/runs", "--experiment=cluster"),
     ]
 
 
@@ -693,7 +830,7 @@ def test_without_a_policy_column_learners_split_in_rank_order_and_actors_take_tu
     assert _script(windows["n2", "policy_1_learners"]) == (
         "cd /w && mkdir -p runs/pop/policy_1 && "
         "mpirun -H n2:2 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 "
-        "-x PYTHONUNBUFFERED=1 "
+        "--mca btl self,vader -x PYTHONUNBUFFERED=1 "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} : "
         f"-np 1 -wdir /w -x CUDA_VISIBLE_DEVICES= /w/.venv/bin/python {learner} "
         "2>&1 | tee -a runs/pop/policy_1/learners.log"

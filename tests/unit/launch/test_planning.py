@@ -71,6 +71,11 @@ def test_mpirun_command_groups_slots_by_host_in_rank_order():
         "-x PYTHONUNBUFFERED python x.py"
     )
     assert "--allow-run-as-root" not in planning.mpirun_command(["h1"], ["x"], as_root=False)
+    # Every rank on one host: shared memory between them, no TCP transport listening.
+    assert planning.shell_line(planning.mpirun_command(["h1", "h1"], ["x"], as_root=False)) == (
+        "mpirun -np 2 -H h1:2 --bind-to none --map-by slot --mca mpi_yield_when_idle 1 "
+        "--mca btl self,vader -x PYTHONUNBUFFERED x"
+    )
 
 
 def test_waiting_ranks_yield_unless_the_user_says_otherwise(monkeypatch):
@@ -97,6 +102,26 @@ def test_waiting_ranks_yield_unless_the_user_says_otherwise(monkeypatch):
     assert planning.shell_line(["--mca", "mpi_yield_when_idle", "0"]) in planning.shell_line(ranks)
 
 
+def test_ranks_on_one_host_use_shared_memory_only_unless_the_user_says_otherwise(monkeypatch):
+    """Open MPI's TCP transport listens on every interface of each rank, without
+    authentication; ranks of one host have no use for it. A transport list of the user's, in
+    mpirun's options or in Open MPI's variable, decides instead."""
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    shared_memory = planning.shell_line(["--mca", "btl", "self,vader"])
+    assert shared_memory in planning.shell_line(planning.mpirun(["h1", "h1"], [], [["x"]]))
+    assert "btl" not in planning.mpirun(["h1", "h2"], [], [["x"]])  # several hosts: TCP too
+    told = planning.mpirun(["h1", "h1"], ["--mca", "btl", "self,tcp"], [["x"]])
+    assert told.count("btl") == 1 and told[-3:] == ["btl", "self,tcp", "x"]
+    monkeypatch.setenv("OMPI_MCA_btl", "self,tcp")
+    assert "btl" not in planning.mpirun(["h1", "h1"], [], [["x"]])
+    # The scaling benchmark's ranks stand for learners on two hosts: over TCP, on its link.
+    link = scaling_link.Link.for_pid(1)
+    monkeypatch.delenv("OMPI_MCA_btl")
+    ranks = scaling_ranks.ranks_command(link, "agent", 1, 1, ["none"], {}, 0, ["none"])
+    assert planning.shell_line(["--mca", "btl", "tcp,self"]) in planning.shell_line(ranks)
+    assert ranks.count("btl") == 1
+
+
 def test_shell_line_round_trips_awkward_values():
     argv = ["python", "--level_name=ALE/Pong-v5", "--logdir=/tmp/a b", "--x=it's"]
     assert shlex.split(planning.shell_line(argv)) == argv
@@ -115,6 +140,7 @@ def test_local_plan_uses_free_ports_and_mpirun_only_for_several_learners():
 
     ((learner, _),) = single_host.plan(2, 2, [], "py", as_root=True)
     assert learner[:3] == ["mpirun", "-np", "2"]
+    assert planning.shell_line(["--mca", "btl", "self,vader"]) in planning.shell_line(learner)
     learner_hosts = next(a for a in learner if a.startswith("--learner_hosts="))
     learner_ports = {h.split(":")[1] for h in learner_hosts.split("=")[1].split(",")}
     assert len(learner_ports) == 2  # each learner its own port
