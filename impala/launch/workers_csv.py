@@ -54,6 +54,8 @@ JOBS = ("learner", "actor")
 RESOLVE_TIMEOUT_SECS = 5.0
 # A workers CSV has one short row per process; anything much larger is not one.
 MAX_BYTES = 1 << 20
+# A private key file is a few KiB (an RSA key of 16,384 bits, about 12); paramiko reads one whole.
+MAX_KEY_BYTES = 64 << 10
 # RFC 1123 host names: labels of letters, digits and hyphens (not first or last), dots between.
 _HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 # POSIX user names (as useradd accepts them, upper case too): never an option, never two words.
@@ -228,6 +230,9 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     ssh_key = os.path.expanduser(field("ssh_key"))
     if ssh_key and not os.path.isfile(ssh_key):
         fail("ssh_key", "no such private key file")
+    if ssh_key and os.path.getsize(ssh_key) > MAX_KEY_BYTES:
+        # paramiko reads a key file whole, and a CSV may name any file.
+        fail("ssh_key", f"over {MAX_KEY_BYTES // 1024} KiB: not a private key file")
     if any(c in SSH_CONFIG_UNSAFE for c in ssh_key):
         fail("ssh_key", "may not contain \", \\ or $ (they cannot go into mpirun's ssh config)")
     devices = "".join(field("cuda_visible_devices").split())

@@ -287,6 +287,15 @@ def test_an_ssh_key_must_be_a_file(tmp_path):
     assert message == f"{path}:2: ssh_key={str(tmp_path)!r}: no such private key file"
 
 
+def test_an_ssh_key_larger_than_any_key_is_refused_before_anything_reads_it(tmp_path):
+    # paramiko would read it whole into the frontend's memory: a CSV may name any file.
+    key = tmp_path / "huge"
+    with open(key, "wb") as f:
+        f.truncate(workers_csv.MAX_KEY_BYTES + 1)
+    path, message = _refused(tmp_path, ssh_key=str(key))
+    assert message == f"{path}:2: ssh_key={str(key)!r}: over 64 KiB: not a private key file"
+
+
 @pytest.mark.parametrize(
     "name,value",
     [
