@@ -233,6 +233,9 @@ class SshHost(Host):
             "\\) -print)\" ]; then printf '%s\\n' \"refusing to write there: $p is writable by "
             'others and not sticky" >&2; exit 3; fi; '
             '[ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
+            # The nearest folder that exists first: mkdir would make folders through a link.
+            f'e={given} && while [ ! -e "$e" ] && [ ! -L "$e" ]; do e=${{e%/*}}; '
+            '[ -n "$e" ] || e=/; done && safe "$e" && '
             f"mkdir -p -- {given} && CDPATH= cd -P -- {given} && folder=$PWD && "
             f'safe {given} && safe "$folder" && '
             'private=$(mktemp -d "$folder/.write.XXXXXXXX") && '

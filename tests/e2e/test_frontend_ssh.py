@@ -325,5 +325,9 @@ def test_a_file_written_over_ssh_never_lands_where_others_could_reach_it(
         with pytest.raises(hosts.HostError, match="shared is writable by others and not sticky"):
             host.write_file(str(shared / "run" / name), "x", owner_only=owner_only)
         assert list(mine.iterdir()) == []
+        # Nor is a folder made there first: the refusal comes before any mkdir.
+        with pytest.raises(hosts.HostError, match="shared is writable by others and not sticky"):
+            host.write_file(str(shared / "new" / "deeper" / name), "x", owner_only=owner_only)
+        assert sorted(p.name for p in shared.iterdir()) == ["run"]
     finally:
         host.close()
