@@ -108,8 +108,7 @@ def local_secret(run_name: str) -> str:
     """The run's secret, kept in its run folder on this machine (made on the first start): the
     frontend copies it to every host's run folders. Rotate it by writing a new one there."""
     run_dir = run_folder.path(os.path.join(_HERE, FLAGS.logdir), run_name)
-    run_folder.check_safe(run_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    run_folder.make_checked(run_dir)
     secret, created = run_secret.ensure(run_secret.path_in(run_dir))
     print(f"run secret {'created in' if created else 'from'} {run_secret.path_in(run_dir)}")
     return secret

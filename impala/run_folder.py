@@ -256,6 +256,19 @@ def check_safe(run_dir: str) -> None:
         )
 
 
+def make_checked(run_dir: str) -> None:
+    """Makes the run folder (and the folders above it) if missing, between two `check_safe`s:
+    nothing is made where others could change it, and a folder another user made between the
+    first check and its making is refused too.
+
+    Raises:
+      ValueError: one line, naming the folder and why.
+    """
+    check_safe(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    check_safe(run_dir)
+
+
 def current_umask() -> int:
     """The process's umask: from /proc (Linux), else by setting it and setting it back, which
     for an instant gives the other threads' new files no mask."""

@@ -128,7 +128,7 @@ class LocalHost(Host):
         (`load`): this machine's own copy, the one the frontend made. Only into a folder no
         one else can change (`unsafe_folder`), as `write_file`."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        unsafe = unsafe_folder(os.path.abspath(os.path.dirname(path)))
+        unsafe = unsafe_folder(os.path.dirname(path))
         if unsafe:
             raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
         try:

@@ -154,13 +154,16 @@ def _check_worker_command(worker, bare: bool = True) -> str:
         + fail_with(f"workdir {worker.workdir} has no experiment.py (not the project)")
     )
     checks.append(_TRUSTED)
-    for what, path in (
-        ("workdir", worker.workdir),
-        ("python", worker.python),
-        ("workdir", script),
+    # How many parts at the end of each path may not be writable by others even if sticky: the
+    # workdir itself; the interpreter, its folder and the one above (Python reads a pyvenv.cfg
+    # in either, which can point it at another standard library and site-packages).
+    for what, path, strict in (
+        ("workdir", worker.workdir, 1),
+        ("python", worker.python, 3),
+        ("workdir", script, 1),
     ):
         shown = shlex.quote(f"{what} {path}")
-        checks.append(f"trusted {shown} {shlex.quote(posixpath.normpath(path))}")
+        checks.append(f"trusted {shown} {shlex.quote(posixpath.normpath(path))} {strict}")
     if worker.job == "learner":
         where = f"tf_port {worker.tf_port} on {worker.host}: "
         probe = (
@@ -173,13 +176,15 @@ def _check_worker_command(worker, bare: bool = True) -> str:
     return " && ".join(checks)
 
 
-# Shell: `trusted WHAT PATH` fails with one line unless no one but this user and root can
-# change what PATH runs. On the path as given, on every link it leads through and on its real
-# path, every component (symlinks included) is theirs, no folder above is writable by others
-# unless sticky (as /tmp: others cannot rename what is ours), and PATH itself (the workdir, a
-# script, the interpreter) is not writable by others, sticky or not (a sticky /tmp as the
-# workdir would let anyone add a module Python imports first). Group-writable paths are the
-# group's trust, as for the run folder (`hosts.unsafe_folder`); ACLs are not read.
+# Shell: `trusted WHAT PATH STRICT` fails with one line unless no one but this user, root and
+# the groups of group-writable folders can change what PATH runs (absolute, without '.' or '..'
+# parts). PATH is resolved part by part as the kernel does (`walk`): every link met on the way,
+# and the folders it lies in, must be theirs (another's link could be pointed elsewhere). Of
+# the real path, every part must be theirs and no folder writable by others unless sticky (as
+# /tmp: others cannot rename what is ours), but the last STRICT parts of PATH (each resolved)
+# not writable by others at all (a sticky /tmp as the workdir would let anyone add a module
+# Python imports first). Group-writable paths are the group's trust, as for the run folder
+# (`run_folder.unsafe_folder`); ACLs are not read.
 _TRUSTED = (
     "me=$(id -u) && "
     'ours() { [ -n "$(find "$1" -maxdepth 0 \\( -user "$me" -o -user 0 \\) -print)" ]; } && '
@@ -187,16 +192,26 @@ _TRUSTED = (
     'sticky() { [ -n "$(find "$1" -maxdepth 0 -perm -1000 -print)" ]; } && '
     "untrusted() { printf '%s\\n' \"$1: $2 (someone else could change the code this run "
     'executes)"; exit 3; } && '
+    # chain WHAT P: P and every folder above it theirs; P not writable by others, the folders
+    # above only if sticky.
     "chain() { p=$2; last=1; while :; do "
     'ours "$p" || untrusted "$1" "$p is another user\'s"; '
     'if [ ! -L "$p" ] && open_to_all "$p"; then '
     '[ -n "$last" ] && untrusted "$1" "$p is writable by others"; '
     'sticky "$p" || untrusted "$1" "$p is writable by others and not sticky"; fi; '
     'last=; [ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
-    'trusted() { q=$2; hops=0; while :; do chain "$1" "$q"; [ -L "$q" ] || break; '
-    't=$(readlink -- "$q"); case $t in /*) q=$t ;; *) q=${q%/*}/$t ;; esac; '
+    # walk WHAT P: resolves P part by part into $cur (a path without links), checking each link
+    # met (`chain` of the link: it and the real folders above it).
+    'walk() { cur=; rest=$2; hops=0; while :; do rest=${rest#/}; [ -n "$rest" ] || break; '
+    "case $rest in */*) part=${rest%%/*}; rest=/${rest#*/} ;; *) part=$rest; rest= ;; esac; "
+    "case $part in '' | .) continue ;; ..) cur=${cur%/*}; continue ;; esac; "
+    'next=$cur/$part; if [ -L "$next" ]; then chain "$1" "$next"; '
     'hops=$((hops + 1)); [ "$hops" -le 40 ] || untrusted "$1" "$2 leads through too many links"; '
-    'done; chain "$1" "$(readlink -f -- "$2")"; }'
+    't=$(readlink -- "$next"); case $t in /*) cur= ;; esac; rest=/$t$rest; '
+    'else cur=$next; fi; done; [ -n "$cur" ] || cur=/; } && '
+    # trusted WHAT PATH STRICT
+    'trusted() { q=$2; n=$3; while [ "$n" -gt 0 ]; do walk "$1" "$q"; chain "$1" "$cur"; '
+    'n=$((n - 1)); q=${q%/*}; [ -n "$q" ] || q=/; done; }'
 )
 
 
@@ -354,8 +369,8 @@ def stop_run(plans: list[HostPlan], ssh: SshOptions) -> int:
 
 
 def _stop_session(host: Host, plan: HostPlan, timeout: float) -> bool:
-    """Stops the learners (SIGUSR1 to each learners window's mpirun) and Ctrl-C to the other
-    windows; waits, then removes the session, and the run's containers if it runs in
+    """Stops the learners (SIGUSR1 to each learners window's learner or mpirun) and Ctrl-C to
+    the other windows; waits, then removes the session, and the run's containers if it runs in
     containers."""
     session, containers = plan.session, plan.containers
     if host.tmux(tmux_has_session(session))[0] != 0:

@@ -311,10 +311,10 @@ def main(argv: list[str]) -> int:
     if FLAGS.private_run_files:
         # The run folder and the logs, and everything the processes started here write.
         run_folder.keep_private()
-    os.makedirs(run_dir, exist_ok=True)
     try:
+        run_folder.make_checked(run_dir)  # checked before its flags were read, and now it exists
         make_run_files(run_dir, given)
-    except (run_secret.SecretError, run_tls.TlsError) as error:
+    except (run_secret.SecretError, run_tls.TlsError, ValueError) as error:
         print(f"run_local.py: error: {error}", file=sys.stderr)
         return 2
     try:

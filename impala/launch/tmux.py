@@ -98,6 +98,9 @@ def tmux_new_window(session: str, window: Window, first: bool) -> list[str]:
     """
     if window.command.endswith(";"):
         raise ValueError(f"window {window.name}: its command may not end with ';' (tmux)")
+    # tmux runs the command with its default shell (the user's $SHELL), which need not exec a
+    # single command (dash does not): with `exec`, the pane's process is the window's own,
+    # whose children are what it runs (`stop_learners_command` finds the learners so).
     create = (
         ["new-session", "-d", "-s", session, "-n", window.name]
         if first
@@ -105,7 +108,7 @@ def tmux_new_window(session: str, window: Window, first: bool) -> list[str]:
     )
     return [
         *create,
-        window.command,
+        f"exec {window.command}",
         ";",
         "set-option",
         "-w",
@@ -141,9 +144,10 @@ def is_learners_window(name: str) -> bool:
     return name == LEARNERS_WINDOW or re.fullmatch(pattern, name) is not None
 
 
-# What the command line of a learners' window's process holds, and its other processes' (tee,
-# the shell's sleep between restarts) do not: the learner's command, itself or in mpirun's.
-_LEARNER_COMMAND = r" experiment\.py --job_name=learner "
+# The names of the processes a learners' window runs its learners with (the learner alone, a
+# Python interpreter however its file is named python*, or mpirun), which its other children
+# (tee, the sleep between restarts, a shell forked for the pipeline before it execs) are not.
+_LEARNER_PROCESS = "mpirun|python[0-9.]*"
 
 
 def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:
@@ -151,11 +155,12 @@ def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:
     learner alone, or the mpirun of several, which passes it on to every learner. They finish
     their step, save a checkpoint and exit. (Ctrl-C would make mpirun kill them a moment later,
     saved or not, and would end the window's tee under a learner alone, which still writes.)
-    Exits 1 if no learner runs in the window."""
+    Exits 1 if no learner runs in the window, or if the interpreter's file is not named python*:
+    the caller then sends Ctrl-C."""
     pane = shlex.quote(f"={session}:{window}")
     return (
-        f"pkill -USR1 -f -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\" "
-        f"-- {shlex.quote(_LEARNER_COMMAND)}"
+        f"pkill -USR1 -x -P \"$(tmux display-message -p -t {pane} '#{{pane_pid}}')\" "
+        f"-- {shlex.quote(_LEARNER_PROCESS)}"
     )
 
 

@@ -244,6 +244,11 @@ def _parse_row(path, number, row, columns, counts, default_workdir) -> Worker:
     python = field("python") or posixpath.join(workdir, ".venv", "bin", "python")
     if not posixpath.isabs(python):
         fail("python", "must be an absolute path")
+    # The kernel takes '..' after the link before it, the shell and the checks by its text: a
+    # path could be checked as one file and run as another.
+    for name, value in (("workdir", workdir), ("python", python)):
+        if {".", ".."} & set(value.split("/")):
+            fail(name, "may not hold '.' or '..' as a part")
     policy = None
     if field("policy"):
         if not re.fullmatch(r"[0-9]{1,3}", field("policy")):

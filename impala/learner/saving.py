@@ -29,8 +29,7 @@ def make_run_folder(config, topology) -> str:
             run_folder.default_name(config.game.level_name) if topology.is_chief else None
         )
     run_dir = run_folder.path(config.logdir, name, config.policy_folder)
-    run_folder.check_safe(run_dir)  # before anything in it is read back or written
-    os.makedirs(run_dir, exist_ok=True)
+    run_folder.make_checked(run_dir)  # before anything in it is read back or written
     if config.private_files:
         run_folder.make_private(run_root(config, run_dir))
         run_folder.make_private(run_dir)

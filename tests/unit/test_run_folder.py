@@ -195,3 +195,25 @@ def test_keep_private_makes_what_the_process_creates_owner_only(tmp_path):
     assert stat.S_IMODE((made / "deeper").stat().st_mode) == 0o700
     assert stat.S_IMODE((made / "written").stat().st_mode) == 0o600
     assert stat.S_IMODE((made / "opened").stat().st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can make a folder another user's")
+def test_a_run_folder_another_user_makes_between_the_check_and_its_making_is_refused(
+    tmp_path, monkeypatch
+):
+    # Under a sticky folder open to all (as /tmp), another user makes the run folder first,
+    # in the moment between the check of the folder above and the makedirs that accepts it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    run_dir = shared / "run"
+    makedirs = os.makedirs
+
+    def theirs_first(path, *args, **kwargs):
+        os.mkdir(run_dir)
+        os.chown(run_dir, 65534, 65534)
+        makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", theirs_first)
+    with pytest.raises(ValueError, match=rf"{run_dir}: a folder owned by another user"):
+        run_folder.make_checked(str(run_dir))

@@ -311,7 +311,7 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
         "impala_run",
         "-n",
         "actor_3",
-        "python x.py",
+        "exec python x.py",  # the pane's process is the window's own, whatever tmux's shell
         ";",
         "set-option",
         "-w",
@@ -332,8 +332,8 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
     # Learners are stopped through their window's process, the learner alone or the mpirun of
     # several, which passes SIGUSR1 on to every rank.
     assert tmux.stop_learners_command("impala_run") == (
-        'pkill -USR1 -f -P "$(tmux display-message -p -t =impala_run:learners '
-        "'#{pane_pid}')\" -- ' experiment\\.py --job_name=learner '"
+        'pkill -USR1 -x -P "$(tmux display-message -p -t =impala_run:learners '
+        "'#{pane_pid}')\" -- 'mpirun|python[0-9.]*'"
     )
 
 
@@ -367,10 +367,14 @@ def _window_states(env, session):
     return [(name, alive) for name, alive, _ in tmux.parse_status(listing)]
 
 
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
 @pytest.mark.parametrize("under_mpirun", [False, True])
-def test_stopping_a_learners_window_signals_its_learner_not_the_windows_tee(tmp_path, under_mpirun):
+def test_stopping_a_learners_window_signals_its_learner_not_the_windows_tee(
+    tmp_path, under_mpirun, shell
+):
     """The learner alone, or the mpirun of several, gets SIGUSR1; the window's tee lives on
-    and logs what the learner writes while it saves."""
+    and logs what the learner writes while it saves. Whatever shell tmux starts windows with
+    (the user's $SHELL; Debian's /bin/sh, dash, runs a command in a child of its own)."""
     (tmp_path / "experiment.py").write_text(_SAVING_LEARNER)
     learner = [sys.executable, "-u", "experiment.py", "--job_name=learner", "--learner_hosts=x:1"]
     if under_mpirun:
@@ -382,7 +386,7 @@ def test_stopping_a_learners_window_signals_its_learner_not_the_windows_tee(tmp_
     log = tmp_path / "logs" / "w.log"
     # A tmux server of this test's own, its socket in a short folder (socket paths are short).
     with tempfile.TemporaryDirectory(prefix="tmux") as sockets:
-        env = {**os.environ, "TMUX_TMPDIR": sockets}
+        env = {**os.environ, "TMUX_TMPDIR": sockets, "SHELL": shell}
         env.pop("TMUX", None)
         try:
             _tmux(env, tmux.tmux_new_window("impala_t", window, first=True))

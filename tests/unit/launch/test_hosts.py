@@ -253,7 +253,34 @@ def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
             f"python {linked}: {open_bin} is writable by others and not sticky"
         )
 
+        # An interpreter one folder below a sticky folder open to all: Python reads a pyvenv.cfg
+        # in the folder above its own, which anyone could plant there.
+        sticky = os.path.join(scratch, "sticky")
+        os.makedirs(os.path.join(sticky, "x"))
+        os.chmod(sticky, 0o1777)
+        below = os.path.join(sticky, "x", "python")
+        os.symlink(os.path.realpath(sys.executable), below)
+        assert _check(project, below)[1].startswith(
+            f"python {below}: {sticky} is writable by others (someone else"
+        )
+
         if os.getuid() == 0:  # only root can give a path to another user
+            # A link of theirs met on the way, in a folder above the interpreter: a link of
+            # this user's leads to it, and it to this user's real environment. They could
+            # point it elsewhere at any time.
+            real_env = os.path.join(scratch, "real_env")
+            _project(real_env)
+            theirs_folder = os.path.join(scratch, "theirs_folder")
+            os.mkdir(theirs_folder)
+            hop = os.path.join(theirs_folder, "env")
+            os.symlink(real_env, hop)
+            os.lchown(hop, 65534, 65534)
+            env_link = os.path.join(project, "env")
+            os.symlink(hop, env_link)
+            through = os.path.join(env_link, "bin", "python")
+            assert _check(project, through)[1].startswith(
+                f"python {through}: {hop} is another user's"
+            )
             os.chown(script, 65534, 65534)
             assert _check(project, python)[1].startswith(
                 f"workdir {script}: {script} is another user's"

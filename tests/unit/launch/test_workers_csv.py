@@ -274,6 +274,15 @@ def test_workdir_and_python_are_absolute_paths(tmp_path, name, value):
     assert message == f"{path}:2: {name}={value!r}: must be an absolute path"
 
 
+@pytest.mark.parametrize("name", ["workdir", "python"])
+@pytest.mark.parametrize("value", ["/tmp/e/L/../../home/me/proj", "/srv/./proj", "/srv/proj/.."])
+def test_workdir_and_python_may_not_hold_dot_parts(tmp_path, name, value):
+    # The kernel takes '..' after the link before it, a check of the text would not: a path
+    # could pass as one file and run as another.
+    path, message = _refused(tmp_path, **{name: value})
+    assert message == f"{path}:2: {name}={value!r}: may not hold '.' or '..' as a part"
+
+
 @pytest.mark.parametrize("character", ['"', "\\", "$"])
 def test_an_ssh_key_path_mpiruns_ssh_config_cannot_hold_is_refused(tmp_path, character):
     key = tmp_path / f"id{character}key"
