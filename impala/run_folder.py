@@ -211,14 +211,19 @@ def not_plain_absolute(folder: str) -> bool:
 
 
 def unsafe_folder(folder: str) -> str | None:
-    """Why another user could change what is written in `folder` (absolute), or None: on the
-    path as given or on its real path, a folder owned by someone other than root or this user,
-    or writable by others without the sticky bit, or a symlink another user owns (which they
-    could point elsewhere). Group-writable folders are the group's trust, left alone; ACLs
-    are not read."""
+    """Why another user could change what is written in `folder` (absolute), or None. The path
+    is resolved part by part as the kernel does (`resolve`): a symlink met on the way that
+    another user owns (they could point it elsewhere), or on its real path or above a link met,
+    a folder owned by someone other than root or this user, or writable by others without the
+    sticky bit. Group-writable folders are the group's trust, left alone; ACLs are not read.
+
+    Raises:
+      OSError: a part missing, or too many links.
+    """
     if not_plain_absolute(folder):
         return f"{folder} is not an absolute path without '..'"
-    for path in (os.path.normpath(folder), os.path.realpath(folder)):
+    links, real = resolve(folder)
+    for path in (*links, real):
         while True:
             status = os.lstat(path)
             if status.st_uid not in (0, os.getuid()):
@@ -231,6 +236,43 @@ def unsafe_folder(folder: str) -> str | None:
                 break
             path = os.path.dirname(path)
     return None
+
+
+# The most links a path may lead through, as Linux's own limit (40).
+MAX_LINKS = 40
+
+
+def resolve(path: str) -> tuple[list[str], str]:
+    """The symlinks met resolving absolute `path` part by part, as the kernel does (each at a
+    path whose folders are real), and the real path it leads to. Unlike os.path.realpath, it
+    names every link on the way, a link reached through another link included.
+
+    Raises:
+      OSError: too many links (ELOOP).
+    """
+    links: list[str] = []
+    real = ""  # the real folders resolved so far; "" is the root
+    rest = path.split("/")
+    rest.reverse()  # a stack: the next part last
+    while rest:
+        part = rest.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            real = real.rsplit("/", 1)[0]
+            continue
+        step = f"{real}/{part}"
+        if not os.path.islink(step):
+            real = step
+            continue
+        links.append(step)
+        if len(links) > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        target = os.readlink(step)
+        if target.startswith("/"):
+            real = ""
+        rest.extend(reversed(target.split("/")))
+    return links, real or "/"
 
 
 def check_safe(run_dir: str) -> None:

@@ -154,13 +154,16 @@ def _check_worker_command(worker, bare: bool = True) -> str:
         + fail_with(f"workdir {worker.workdir} has no experiment.py (not the project)")
     )
     checks.append(_TRUSTED)
-    # How many parts at the end of each path may not be writable by others even if sticky: the
-    # workdir itself; the interpreter, its folder and the one above (Python reads a pyvenv.cfg
-    # in either, which can point it at another standard library and site-packages).
+    # How many parts at the end of each path, as given and real, may not be writable by others
+    # even if sticky: the workdir itself; the script and its folder (Python imports from the
+    # script's real folder first); the interpreter, its folder and the one above (Python reads
+    # a pyvenv.cfg there as given, and its `._pth` file and standard library beside the real
+    # one). What lies inside them (a venv's site-packages, the project's packages) is not
+    # checked: the folders being no one else's, neither are they unless made so.
     for what, path, strict in (
         ("workdir", worker.workdir, 1),
         ("python", worker.python, 3),
-        ("workdir", script, 1),
+        ("workdir", script, 2),
     ):
         shown = shlex.quote(f"{what} {path}")
         checks.append(f"trusted {shown} {shlex.quote(posixpath.normpath(path))} {strict}")
@@ -207,10 +210,15 @@ _TRUSTED = (
     "case $part in '' | .) continue ;; ..) cur=${cur%/*}; continue ;; esac; "
     'next=$cur/$part; if [ -L "$next" ]; then chain "$1" "$next"; '
     'hops=$((hops + 1)); [ "$hops" -le 40 ] || untrusted "$1" "$2 leads through too many links"; '
-    't=$(readlink -- "$next"); case $t in /*) cur= ;; esac; rest=/$t$rest; '
+    # A target may end in a line break, which $(...) would drop: a '.' after it, cut off.
+    't=$(readlink -- "$next" && echo .) || untrusted "$1" "$next cannot be read"; t=${t%?.}; '
+    "case $t in /*) cur= ;; esac; rest=/$t$rest; "
     'else cur=$next; fi; done; [ -n "$cur" ] || cur=/; } && '
-    # trusted WHAT PATH STRICT
-    'trusted() { q=$2; n=$3; while [ "$n" -gt 0 ]; do walk "$1" "$q"; chain "$1" "$cur"; '
+    # trusted WHAT PATH STRICT: the last STRICT parts of the real path, and of PATH each
+    # resolved, held strict (`chain` holds its first part strict).
+    'trusted() { walk "$1" "$2"; r=$cur; n=$3; while [ "$n" -gt 0 ]; do chain "$1" "$r"; '
+    'n=$((n - 1)); r=${r%/*}; [ -n "$r" ] || r=/; done; '
+    'q=$2; n=$3; while [ "$n" -gt 0 ]; do walk "$1" "$q"; chain "$1" "$cur"; '
     'n=$((n - 1)); q=${q%/*}; [ -n "$q" ] || q=/; done; }'
 )
 

@@ -145,9 +145,11 @@ def is_learners_window(name: str) -> bool:
 
 
 # The names of the processes a learners' window runs its learners with (the learner alone, a
-# Python interpreter however its file is named python*, or mpirun), which its other children
-# (tee, the sleep between restarts, a shell forked for the pipeline before it execs) are not.
-_LEARNER_PROCESS = "mpirun|python[0-9.]*"
+# Python interpreter whose file is named python*, or Open MPI's launcher: mpirun, which Open MPI
+# 4 names orterun and 5 execs as prterun), which its other children (tee, the sleep between
+# restarts, a shell forked for the pipeline before it execs) are not. Only the pane's own
+# children are candidates.
+_LEARNER_PROCESS = "mpirun|mpiexec|orterun|prterun|python.*"
 
 
 def stop_learners_command(session: str, window: str = LEARNERS_WINDOW) -> str:

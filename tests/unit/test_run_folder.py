@@ -217,3 +217,24 @@ def test_a_run_folder_another_user_makes_between_the_check_and_its_making_is_ref
     monkeypatch.setattr(os, "makedirs", theirs_first)
     with pytest.raises(ValueError, match=rf"{run_dir}: a folder owned by another user"):
         run_folder.make_checked(str(run_dir))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can make a link another user's")
+def test_a_link_of_another_user_reached_through_a_link_of_ours_is_refused(tmp_path):
+    # runs (ours) -> sticky/runs (theirs, in a folder open to all) -> mine: the path as given
+    # and the real path are both ours, but they could point their link at a folder of theirs
+    # between the check and the read.
+    mine, sticky = tmp_path / "mine", tmp_path / "sticky"
+    mine.mkdir()
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    theirs = sticky / "runs"
+    theirs.symlink_to(mine)
+    os.lchown(theirs, 65534, 65534)
+    ours = tmp_path / "runs"
+    ours.symlink_to(theirs)
+    assert run_folder.resolve(str(ours)) == ([str(ours), str(theirs)], str(mine))
+    assert run_folder.unsafe_folder(str(ours)) == f"{theirs}: a symlink owned by another user"
+    with pytest.raises(ValueError, match=f"{theirs}: a symlink owned by another user"):
+        run_folder.make_checked(str(ours / "run"))
+    assert list(mine.iterdir()) == []

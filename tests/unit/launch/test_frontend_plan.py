@@ -333,7 +333,7 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
     # several, which passes SIGUSR1 on to every rank.
     assert tmux.stop_learners_command("impala_run") == (
         'pkill -USR1 -x -P "$(tmux display-message -p -t =impala_run:learners '
-        "'#{pane_pid}')\" -- 'mpirun|python[0-9.]*'"
+        "'#{pane_pid}')\" -- 'mpirun|mpiexec|orterun|prterun|python.*'"
     )
 
 

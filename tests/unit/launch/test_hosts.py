@@ -1,6 +1,7 @@
 """What a start writes on each host before its windows: the run's owner-only files."""
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -264,7 +265,38 @@ def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
             f"python {below}: {sticky} is writable by others (someone else"
         )
 
+        # The real interpreter in a sticky folder open to all, reached through a link of ours:
+        # Python reads a `<executable>._pth` beside the real file, which anyone could plant.
+        real_python = os.path.join(sticky, "python3")
+        shutil.copy(os.path.realpath(sys.executable), real_python)
+        to_sticky = os.path.join(project, "bin", "python-sticky")
+        os.symlink(real_python, to_sticky)
+        assert _check(project, to_sticky)[1].startswith(
+            f"python {to_sticky}: {sticky} is writable by others (someone else"
+        )
+
+        # The project's experiment.py a link into a sticky folder: Python imports from the
+        # script's real folder first.
+        os.rename(script, os.path.join(sticky, "experiment.py"))
+        os.symlink(os.path.join(sticky, "experiment.py"), script)
+        assert _check(project, python)[1].startswith(
+            f"workdir {script}: {sticky} is writable by others (someone else"
+        )
+        os.remove(script)
+        with open(script, "w") as f:
+            f.write("")
+
         if os.getuid() == 0:  # only root can give a path to another user
+            # A link of ours whose target ends in a line break, which $(readlink) would drop:
+            # the kernel opens "<sticky>/real\n", theirs, not "<sticky>/real", ours.
+            for name, owner in (("real", 0), ("real\n", 65534)):
+                _project(os.path.join(sticky, name))
+                os.chown(os.path.join(sticky, name), owner, owner)
+            newline = os.path.join(scratch, "newline")
+            os.symlink(os.path.join(sticky, "real\n"), newline)
+            code, said = _check(newline, python)
+            assert code == 3 and said.startswith(f"workdir {newline}: {sticky}/real\n is another")
+
             # A link of theirs met on the way, in a folder above the interpreter: a link of
             # this user's leads to it, and it to this user's real environment. They could
             # point it elsewhere at any time.
