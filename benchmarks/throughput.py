@@ -68,7 +68,7 @@ flags.DEFINE_integer("num_actors", 2, "Actor processes end to end (as in make tr
 flags.DEFINE_integer(
     "num_learners",
     1,
-    "Learner processes end to end, under mpirun (as in make train).",
+    "Learner processes end to end (as in make train; several under mpirun).",
     lower_bound=1,
 )
 flags.DEFINE_float("seconds", 10.0, "How long each stage is measured.")
