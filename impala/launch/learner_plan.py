@@ -85,20 +85,24 @@ def _alone(run: RunLayout, containers: Containers | None) -> str:
             worker.python, "experiment.py", run.learner_hosts, run.actor_hosts, run.learner_flags
         )
         return shell_line(["env", *env, *argv])
-    argv = learner_command(
-        IMAGE_PYTHON,
-        "experiment.py",
-        run.learner_hosts,
-        run.actor_hosts,
-        run.container_flags(worker, learner=True),
-    )
     return containers.run_line(
         session_name(run.run_name, worker.host),
         LEARNERS_WINDOW,
         [posixpath.join(worker.workdir, run.log_dir)],
         env,
-        argv,
+        _container_learner(run, worker),
         gpus=bool(worker.cuda_visible_devices),
+    )
+
+
+def _container_learner(run: RunLayout, worker) -> list[str]:
+    """The command of `worker`'s learner in the image's container."""
+    return learner_command(
+        IMAGE_PYTHON,
+        "experiment.py",
+        run.learner_hosts,
+        run.actor_hosts,
+        run.container_flags(worker, learner=True),
     )
 
 
@@ -272,13 +276,7 @@ def _learners_in_container(run: RunLayout, containers: Containers) -> str:
         wait = _wait_for_sshd(others, containers.sshd_port)
     contexts = []
     for worker in run.learners:
-        command = learner_command(
-            IMAGE_PYTHON,
-            "experiment.py",
-            run.learner_hosts,
-            run.actor_hosts,
-            run.container_flags(worker, learner=True),
-        )
+        command = _container_learner(run, worker)
         contexts.append(
             [
                 "-np",
