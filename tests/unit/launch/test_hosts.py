@@ -205,6 +205,13 @@ def _project(folder):
     return python
 
 
+def _refused_python(project, target, why):
+    """A python of the project that is a link to `target` is refused for `why`."""
+    linked = os.path.join(project, "bin", f"python-{len(os.listdir(os.path.join(project, 'bin')))}")
+    os.symlink(target, linked)
+    assert _check(project, linked)[1].startswith(f"python {linked}: {why}")
+
+
 def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
     """A bare process runs the workdir's experiment.py with the row's python, and Python imports
     from the workdir first: a workdir or interpreter another user can write to, or owns, would
@@ -248,11 +255,7 @@ def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
         os.chmod(open_bin, 0o777)
         planted = os.path.join(open_bin, "python3")
         os.symlink(os.path.realpath(sys.executable), planted)
-        linked = os.path.join(project, "bin", "python-open")
-        os.symlink(planted, linked)
-        assert _check(project, linked)[1].startswith(
-            f"python {linked}: {open_bin} is writable by others and not sticky"
-        )
+        _refused_python(project, planted, f"{open_bin} is writable by others and not sticky")
 
         # An interpreter one folder below a sticky folder open to all: Python reads a pyvenv.cfg
         # in the folder above its own, which anyone could plant there.
@@ -269,11 +272,7 @@ def test_a_rows_workdir_and_python_must_be_no_one_elses_to_change():
         # Python reads a `<executable>._pth` beside the real file, which anyone could plant.
         real_python = os.path.join(sticky, "python3")
         shutil.copy(os.path.realpath(sys.executable), real_python)
-        to_sticky = os.path.join(project, "bin", "python-sticky")
-        os.symlink(real_python, to_sticky)
-        assert _check(project, to_sticky)[1].startswith(
-            f"python {to_sticky}: {sticky} is writable by others (someone else"
-        )
+        _refused_python(project, real_python, f"{sticky} is writable by others (someone else")
 
         # The project's experiment.py a link into a sticky folder: Python imports from the
         # script's real folder first.
