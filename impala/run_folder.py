@@ -275,6 +275,13 @@ def resolve(path: str) -> tuple[list[str], str]:
     return links, real or "/"
 
 
+def nearest_existing(folder: str) -> str:
+    """`folder` if it exists (a link counts), else the nearest folder above it that does."""
+    while not os.path.lexists(folder) and folder != os.path.dirname(folder):
+        folder = os.path.dirname(folder)
+    return folder
+
+
 def check_safe(run_dir: str) -> None:
     """Refuses a run folder another user could change (`unsafe_folder`, on the folder or, for
     a new one, on the nearest folder above it that exists): its processes would read back and
@@ -284,9 +291,7 @@ def check_safe(run_dir: str) -> None:
     Raises:
       ValueError: one line, naming the folder and why.
     """
-    folder = os.path.abspath(run_dir)
-    while not os.path.lexists(folder) and folder != os.path.dirname(folder):
-        folder = os.path.dirname(folder)
+    folder = nearest_existing(os.path.abspath(run_dir))
     try:
         why = unsafe_folder(folder)
     except OSError as error:  # a part of it removed or made a dangling link meanwhile

@@ -98,20 +98,32 @@ class LocalHost(Host):
         return done.returncode, done.stdout + done.stderr
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
-        # Into the folder's real path, checked (`unsafe_folder`): no one else can then rename
+        # Into the folder's real path, checked (`_checked_folder`): no one else can then rename
         # or replace what is written there. A new temporary file of unguessable name, renamed
         # into place (`run_folder.replacing`): a symlink at `path` is replaced, never followed.
+        folder = os.path.realpath(self._checked_folder(path))
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            unsafe = unsafe_folder(os.path.dirname(path))
-            if unsafe:
-                raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
-            folder = os.path.realpath(os.path.dirname(path))
             target = os.path.join(folder, os.path.basename(path))
             with run_folder.replacing(target, owner_only=owner_only) as f:
                 f.write(content)
         except OSError as error:
             raise HostError(f"{self.name}: writing {path} failed: {error}") from None
+
+    def _checked_folder(self, path: str) -> str:
+        """`path`'s folder, made if missing, where no one else can change what is written
+        (`unsafe_folder`): checked before anything is made there (on the nearest folder that
+        exists) and again once made."""
+        folder = os.path.dirname(path)
+        try:
+            unsafe = unsafe_folder(run_folder.nearest_existing(folder))
+            if not unsafe:
+                os.makedirs(folder, exist_ok=True)
+                unsafe = unsafe_folder(folder)
+        except OSError as error:
+            raise HostError(f"{self.name}: writing {path} failed: {error}") from None
+        if unsafe:
+            raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
+        return folder
 
     def write_secret(self, path: str, secret: str) -> None:
         self._write_run_file(
@@ -126,11 +138,8 @@ class LocalHost(Host):
     def _write_run_file(self, path: str, content: str, load, write, error_type) -> None:
         """Writes an owner-only run file (`write`), unless `path` holds `content` already
         (`load`): this machine's own copy, the one the frontend made. Only into a folder no
-        one else can change (`unsafe_folder`), as `write_file`."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        unsafe = unsafe_folder(os.path.dirname(path))
-        if unsafe:
-            raise HostError(f"{self.name}: refusing to write {path}: {unsafe}")
+        one else can change (`_checked_folder`), as `write_file`."""
+        self._checked_folder(path)
         try:
             if load(path) == content:
                 return

@@ -119,6 +119,7 @@ def test_this_machine_refuses_to_write_where_others_could_swap_the_file():
         os.chmod(shared, 0o777)
         with pytest.raises(hosts.HostError, match=r"shared is writable by others and not sticky"):
             host.write_file(os.path.join(shared, "run", "secret"), "x", owner_only=True)
+        assert os.listdir(shared) == []  # refused before any folder is made there
         os.chmod(shared, 0o1777)  # as /tmp: others cannot rename what is ours
         host.write_file(os.path.join(shared, "run", "secret"), "x", owner_only=True)
         assert os.listdir(os.path.join(shared, "run")) == ["secret"]
