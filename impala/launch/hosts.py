@@ -18,6 +18,7 @@ import libtmux
 import paramiko
 
 from impala import run_folder, run_secret, run_tls
+from impala.launch.path_trust import TRUST_FUNCTIONS, untrusted_function
 from impala.launch.run_plan import HostPlan
 from impala.printable import printable
 from impala.run_folder import not_plain_absolute, unsafe_folder
@@ -218,38 +219,33 @@ class SshHost(Host):
 
     def write_file(self, path: str, content: str, *, owner_only: bool = False) -> None:
         # Through the shell rather than SFTP, which not every SSH server offers. The content
-        # goes through stdin: never on a command line, where `ps` would show it. First every
-        # folder on the path as given and on its real path must be root's or this user's and
-        # not writable by others (or sticky), and every symlink on the path as given theirs
-        # (as `unsafe_folder` checks here): no one else can then rename what is written away
-        # or point the path elsewhere. The file is written, an owner-only one under umask
-        # 077, into a new folder of unguessable name in the real path (a fixed temporary name
-        # could be made a symlink between its removal and the write), then moved into place:
-        # a rename replaces a symlink at the target, never follows it, and `mv -T` fails on a
-        # folder there rather than moving the file into it.
+        # goes through stdin: never on a command line, where `ps` would show it. The folder is
+        # checked as the preflight checks a workdir (`path_trust.trusted`, none of it strict):
+        # resolved part by part, every link met, and the folders it lies in, root's or this
+        # user's, and no folder of the real path writable by others unless sticky: no one else
+        # can then rename what is written away or point the path elsewhere. Checked on the
+        # nearest folder that exists before `mkdir -p` (which would make folders through a
+        # link), and again once made. The file is written, an owner-only one under umask 077,
+        # into a new folder of unguessable name in the real path (a fixed temporary name could
+        # be made a symlink between its removal and the write), then moved into place: a rename
+        # replaces a symlink at the target, never follows it, and `mv -T` fails on a folder
+        # there rather than moving the file into it.
         given = os.path.dirname(path)
         if not_plain_absolute(given):
             raise HostError(f"{self.name}: writing {path}: not an absolute path without '..'")
         given, name = shlex.quote(os.path.normpath(given)), shlex.quote(os.path.basename(path))
         command = (
-            f"{'umask 077 && ' if owner_only else ''}me=$(id -u) && "
-            'ours() { [ -n "$(find "$1" -maxdepth 0 \\( -user "$me" -o -user 0 \\) -print)" ]; }'
-            " && "
-            "safe() { p=$1; while :; do "
-            'if ! ours "$p"; then printf \'%s\\n\' "refusing to write there: $p is another '
-            "user's\" >&2; exit 3; fi; "
-            'if [ ! -L "$p" ] && [ -z "$(find "$p" -maxdepth 0 \\( ! -perm -0002 -o -perm -1000 '
-            "\\) -print)\" ]; then printf '%s\\n' \"refusing to write there: $p is writable by "
-            'others and not sticky" >&2; exit 3; fi; '
-            '[ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
-            # The nearest folder that exists first: mkdir would make folders through a link.
-            f'e={given} && while [ ! -e "$e" ] && [ ! -L "$e" ]; do e=${{e%/*}}; '
-            '[ -n "$e" ] || e=/; done && safe "$e" && '
-            f"mkdir -p -- {given} && CDPATH= cd -P -- {given} && folder=$PWD && "
-            f'safe {given} && safe "$folder" && '
-            'private=$(mktemp -d "$folder/.write.XXXXXXXX") && '
-            f'{{ cat > "$private/file" && mv -fT "$private/file" "$folder"/{name}; written=$?; '
-            f'rm -rf "$private"; exit "$written"; }}'
+            f"{'umask 077 && ' if owner_only else ''}"
+            + untrusted_function("refusing to write there: ")
+            + " && "
+            + TRUST_FUNCTIONS
+            + f' && e={given} && while ! exists "$e"; do e=${{e%/*}}; [ -n "$e" ] || e=/; done'
+            + ' && trusted - "$e" 0'
+            + f" && mkdir -p -- {given} && CDPATH= cd -P -- {given} && folder=$PWD"
+            + f' && trusted - {given} 0 && chain - "$folder" 0'
+            + ' && private=$(mktemp -d "$folder/.write.XXXXXXXX")'
+            + f' && {{ cat > "$private/file" && mv -fT "$private/file" "$folder"/{name}; '
+            + 'written=$?; rm -rf "$private"; exit "$written"; }'
         )
         code, _, stderr = self._run(command, content)
         if code != 0:

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from impala.launch.hosts import Host, HostError, SshOptions, connect, connect_all
+from impala.launch.path_trust import TRUST_FUNCTIONS, untrusted_function
 from impala.launch.planning import fail_with
 from impala.launch.run_plan import HostPlan
 from impala.launch.tmux import (
@@ -179,47 +180,11 @@ def _check_worker_command(worker, bare: bool = True) -> str:
     return " && ".join(checks)
 
 
-# Shell: `trusted WHAT PATH STRICT` fails with one line unless no one but this user, root and
-# the groups of group-writable folders can change what PATH runs (absolute, without '.' or '..'
-# parts). PATH is resolved part by part as the kernel does (`walk`): every link met on the way,
-# and the folders it lies in, must be theirs (another's link could be pointed elsewhere). Of
-# the real path, every part must be theirs and no folder writable by others unless sticky (as
-# /tmp: others cannot rename what is ours), but the last STRICT parts of PATH (each resolved)
-# not writable by others at all (a sticky /tmp as the workdir would let anyone add a module
-# Python imports first). Group-writable paths are the group's trust, as for the run folder
-# (`run_folder.unsafe_folder`); ACLs are not read.
+# Shell: `trusted WHAT PATH STRICT` (`path_trust`), refusing in one line that says why.
 _TRUSTED = (
-    "me=$(id -u) && "
-    'ours() { [ -n "$(find "$1" -maxdepth 0 \\( -user "$me" -o -user 0 \\) -print)" ]; } && '
-    'open_to_all() { [ -n "$(find "$1" -maxdepth 0 -perm -0002 -print)" ]; } && '
-    'sticky() { [ -n "$(find "$1" -maxdepth 0 -perm -1000 -print)" ]; } && '
-    "untrusted() { printf '%s\\n' \"$1: $2 (someone else could change the code this run "
-    'executes)"; exit 3; } && '
-    # chain WHAT P: P and every folder above it theirs; P not writable by others, the folders
-    # above only if sticky.
-    "chain() { p=$2; last=1; while :; do "
-    'ours "$p" || untrusted "$1" "$p is another user\'s"; '
-    'if [ ! -L "$p" ] && open_to_all "$p"; then '
-    '[ -n "$last" ] && untrusted "$1" "$p is writable by others"; '
-    'sticky "$p" || untrusted "$1" "$p is writable by others and not sticky"; fi; '
-    'last=; [ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
-    # walk WHAT P: resolves P part by part into $cur (a path without links), checking each link
-    # met (`chain` of the link: it and the real folders above it).
-    'walk() { cur=; rest=$2; hops=0; while :; do rest=${rest#/}; [ -n "$rest" ] || break; '
-    "case $rest in */*) part=${rest%%/*}; rest=/${rest#*/} ;; *) part=$rest; rest= ;; esac; "
-    "case $part in '' | .) continue ;; ..) cur=${cur%/*}; continue ;; esac; "
-    'next=$cur/$part; if [ -L "$next" ]; then chain "$1" "$next"; '
-    'hops=$((hops + 1)); [ "$hops" -le 40 ] || untrusted "$1" "$2 leads through too many links"; '
-    # A target may end in a line break, which $(...) would drop: a '.' after it, cut off.
-    't=$(readlink -- "$next" && echo .) || untrusted "$1" "$next cannot be read"; t=${t%?.}; '
-    "case $t in /*) cur= ;; esac; rest=/$t$rest; "
-    'else cur=$next; fi; done; [ -n "$cur" ] || cur=/; } && '
-    # trusted WHAT PATH STRICT: the last STRICT parts of the real path, and of PATH each
-    # resolved, held strict (`chain` holds its first part strict).
-    'trusted() { walk "$1" "$2"; r=$cur; n=$3; while [ "$n" -gt 0 ]; do chain "$1" "$r"; '
-    'n=$((n - 1)); r=${r%/*}; [ -n "$r" ] || r=/; done; '
-    'q=$2; n=$3; while [ "$n" -gt 0 ]; do walk "$1" "$q"; chain "$1" "$cur"; '
-    'n=$((n - 1)); q=${q%/*}; [ -n "$q" ] || q=/; done; }'
+    untrusted_function("", " (someone else could change the code this run executes)")
+    + " && "
+    + TRUST_FUNCTIONS
 )
 
 

@@ -329,5 +329,21 @@ def test_a_file_written_over_ssh_never_lands_where_others_could_reach_it(
         with pytest.raises(hosts.HostError, match="shared is writable by others and not sticky"):
             host.write_file(str(shared / "new" / "deeper" / name), "x", owner_only=owner_only)
         assert sorted(p.name for p in shared.iterdir()) == ["run"]
+
+        if os.getuid() == 0:  # only root can give a path to another user
+            # A link of another user's met on the way, reached through a link of ours: the path
+            # as given and its real path are all ours, but they could point their link
+            # elsewhere. Refused, before and after any folder would be made.
+            via = tmp_path / "via"
+            via.mkdir()
+            (via / "theirs").symlink_to(mine)
+            os.lchown(via / "theirs", 65534, 65534)
+            (tmp_path / "ours").symlink_to(via / "theirs")
+            for where in ("", "new"):
+                with pytest.raises(hosts.HostError, match=f"{via}/theirs is another user's"):
+                    host.write_file(
+                        os.path.join(tmp_path, "ours", where, name), "x", owner_only=owner_only
+                    )
+            assert list(mine.iterdir()) == []
     finally:
         host.close()
