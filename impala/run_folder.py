@@ -206,7 +206,8 @@ def write_flags(run_dir: str, flag_values: Mapping[str, Any]) -> None:
 
 
 def not_plain_absolute(folder: str) -> bool:
-    """Whether `folder` is relative or has a '..' (which would walk the path as given wrong)."""
+    """Whether `folder` is relative or has a '..' part: the frontend writes only where it
+    planned to, and its paths have neither (a CSV's paths may not)."""
     return not os.path.isabs(folder) or ".." in folder.split("/")
 
 
@@ -220,9 +221,9 @@ def unsafe_folder(folder: str) -> str | None:
     Raises:
       OSError: a part missing, or too many links.
     """
-    if not_plain_absolute(folder):
-        return f"{folder} is not an absolute path without '..'"
-    links, real = resolve(folder)
+    if not os.path.isabs(folder):
+        return f"{folder} is not an absolute path"
+    links, real = resolve(folder)  # a '..' as the kernel takes it: after the link before it
     for path in (*links, real):
         while True:
             status = os.lstat(path)
@@ -291,7 +292,9 @@ def check_safe(run_dir: str) -> None:
     Raises:
       ValueError: one line, naming the folder and why.
     """
-    folder = nearest_existing(os.path.abspath(run_dir))
+    # Made absolute without taking '..' lexically (os.path.abspath would): after a link, the
+    # kernel goes up from the link's target, and that is the folder the run uses.
+    folder = nearest_existing(os.path.join(os.getcwd(), run_dir))
     try:
         why = unsafe_folder(folder)
     except OSError as error:  # a part of it removed or made a dangling link meanwhile

@@ -115,6 +115,8 @@ class LocalHost(Host):
         (`unsafe_folder`): checked before anything is made there (on the nearest folder that
         exists) and again once made."""
         folder = os.path.dirname(path)
+        if not_plain_absolute(folder):  # as over SSH: the plan's paths are plain
+            raise HostError(f"{self.name}: writing {path}: not an absolute path without '..'")
         try:
             unsafe = unsafe_folder(run_folder.nearest_existing(folder))
             if not unsafe:

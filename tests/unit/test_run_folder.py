@@ -238,3 +238,22 @@ def test_a_link_of_another_user_reached_through_a_link_of_ours_is_refused(tmp_pa
     with pytest.raises(ValueError, match=f"{theirs}: a symlink owned by another user"):
         run_folder.make_checked(str(ours / "run"))
     assert list(mine.iterdir()) == []
+
+
+def test_a_dot_dot_after_a_link_is_checked_where_the_kernel_takes_it(tmp_path, monkeypatch):
+    # --logdir=runs/link/../x: taken lexically it is runs/x, but the kernel goes up from the
+    # link's target, here a folder open to all: the run would use that one, so that one is
+    # checked (and refused).
+    ours, open_folder = tmp_path / "ours", tmp_path / "open"
+    (ours / "runs").mkdir(parents=True)
+    (open_folder / "deep").mkdir(parents=True)
+    open_folder.chmod(0o777)
+    (ours / "runs" / "link").symlink_to(open_folder / "deep")
+    monkeypatch.chdir(ours)
+    given = os.path.join("runs", "link", "..", "x")
+    with pytest.raises(ValueError, match=f"{open_folder} is writable by others and not sticky"):
+        run_folder.make_checked(given)
+    assert sorted(p.name for p in open_folder.iterdir()) == ["deep"]
+    open_folder.chmod(0o755)
+    run_folder.make_checked(given)
+    assert (open_folder / "x").is_dir() and not (ours / "runs" / "x").exists()
