@@ -20,6 +20,7 @@ from impala.launch.planning import fail_with
 from impala.launch.run_plan import HostPlan
 from impala.launch.tmux import (
     is_learners_window,
+    label_names,
     parse_status,
     stop_learners_command,
     summary_line,
@@ -29,6 +30,7 @@ from impala.launch.tmux import (
     tmux_last_lines,
     tmux_list_windows,
     tmux_new_window,
+    tmux_session_label,
 )
 
 # ---- Start -------------------------------------------------------------------------------------
@@ -76,6 +78,17 @@ def start_run(
     return 0
 
 
+def _other_run(host: Host, plan: HostPlan) -> str | None:
+    """The run (`label_names`) that `plan.session` on `host` was started for if not this one:
+    several run names give one session name. None for this run's session, a missing one, or
+    one started before sessions were labelled."""
+    code, said = host.tmux(tmux_session_label(plan.session))
+    label = said.strip()
+    if code != 0 or not label or label == plan.label:
+        return None
+    return label_names(label)
+
+
 def _write_files(
     host: Host, plan: HostPlan, secret: str, tls_bundle: str, key_contents: dict[str, str]
 ) -> None:
@@ -96,7 +109,7 @@ def _start_windows(host: Host, plan: HostPlan) -> None:
     """Starts the plan's tmux session on `host`, one window after another."""
     for index, window in enumerate(plan.windows):
         host.check_tmux(
-            tmux_new_window(plan.session, window, first=index == 0),
+            tmux_new_window(plan.session, window, first=index == 0, label=plan.label),
             f"starting {window.name}",
         )
     print(
@@ -111,6 +124,12 @@ def _preflight(host: Host, plan: HostPlan) -> None:
     if code != 0:
         raise HostError(f"{host.name}: tmux is not usable: {output.strip()}")
     if host.tmux(tmux_has_session(plan.session))[0] == 0:
+        other = _other_run(host, plan)
+        if other:
+            raise HostError(
+                f"{host.name}: tmux session {plan.session} is run {other}'s, whose name gives "
+                "the same session name as this run's: choose another --run_name"
+            )
         raise HostError(
             f"{host.name}: tmux session {plan.session} exists already: a run of this name is "
             "running (stop it with --action=stop, or choose another --run_name)"
@@ -267,11 +286,16 @@ def print_status(plans: list[HostPlan], ssh: SshOptions) -> int:
         try:
             host = connect(plan, ssh)
             try:
-                statuses = _statuses(host, plan)
+                other = _other_run(host, plan)
+                statuses = None if other else _statuses(host, plan)
             finally:
                 host.close()
         except HostError as error:  # unreachable, or failed midway: the next hosts still show
             rows += [(plan.host, w.name, "unreachable", str(error)) for w in plan.windows]
+            continue
+        if statuses is None:
+            said = f"tmux session {plan.session} is run {other}'s"
+            rows += [(plan.host, w.name, "another run's", said) for w in plan.windows]
             continue
         rows += [(plan.host, s.name, _state(s), s.last_line) for s in statuses]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -350,6 +374,12 @@ def _stop_session(host: Host, plan: HostPlan, timeout: float) -> bool:
         if containers:  # a session killed by hand may leave its containers running
             host.shell(containers.remove_command(session))
         return False
+    other = _other_run(host, plan)
+    if other:
+        raise HostError(
+            f"{host.name}: not stopping tmux session {session}: it is run {other}'s, whose name "
+            "gives the same session name as this run's"
+        )
 
     def stop_learners(window: str) -> str:
         if containers:

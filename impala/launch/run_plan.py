@@ -27,6 +27,7 @@ from impala.launch.tmux import (
     SSHD_WINDOW,
     Restarts,
     Window,
+    session_label,
     session_name,
     window_command,
 )
@@ -45,6 +46,9 @@ class HostPlan:
       workers: every CSV row on this host (checked before the run starts).
       local: whether the host is this machine (reached through local tmux, not SSH).
       session: the tmux session, named after the run.
+      label: the run and host as `tmux.session_label` gives them, kept in the session: status
+        and stop act only on a session of this run (several run names may give one session
+        name).
       windows: its windows, in start order.
       files: files to write on the host before starting (path -> content).
       secret_paths: where the run secret goes on the host (owner-only): the run folder of each
@@ -66,6 +70,7 @@ class HostPlan:
     tls_paths: tuple[str, ...] = ()
     containers: Containers | None = None
     key_files: tuple[tuple[str, str], ...] = ()
+    label: str = ""
 
     @property
     def host(self) -> str:
@@ -156,6 +161,7 @@ def plan_run(
             workers=tuple(by_host[host]),
             local=host in local_hosts,
             session=session_name(run_name, host),
+            label=session_label(run_name, host),
             windows=tuple(host_windows),
             files=tuple(files.get(host, ())),
             secret_paths=_in_run_folders(by_host[host], run_dir, run_secret.FILE_NAME),

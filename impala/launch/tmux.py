@@ -10,6 +10,7 @@ the same lists, so that tests can compare them as strings.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
 
@@ -27,6 +28,10 @@ SSHD_WINDOW = "sshd"
 # Printable separators: tmux replaces control characters such as a tab when the client has no
 # UTF-8 locale (as over a plain SSH command).
 _STATUS_FORMAT = "#{window_name}|#{pane_dead}|#{pane_dead_status}"
+# The session option that says which run, on which host, a session was started for
+# (`session_label`): session names keep only letters, digits, '-' and '_', so runs `a.b` and
+# `a_b` get one name, and status and stop must not take one run's session for the other's.
+RUN_OPTION = "@impala_run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +46,21 @@ def session_name(run_name: str, host: str) -> str:
     """The run's tmux session on `host`: status and stop find the run by it. The host is part
     of the name because several host names may reach one machine (and one tmux server)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in f"impala_{run_name}_{host}")
+
+
+def session_label(run_name: str, host: str) -> str:
+    """What the session of run `run_name` on `host` keeps in `RUN_OPTION`: both names as they
+    are, which `session_name` may not tell apart."""
+    return json.dumps([run_name, host])
+
+
+def label_names(label: str) -> str:
+    """The run a session's label names, for a message: `'<run>' (on <host>)`."""
+    try:
+        run_name, host = json.loads(label)
+        return f"{printable(str(run_name))!r} (on {printable(str(host))})"
+    except (ValueError, TypeError):
+        return repr(printable(label))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +107,11 @@ def window_command(
     return shell_line(["bash", "-o", "pipefail", "-c", script])
 
 
-def tmux_new_window(session: str, window: Window, first: bool) -> list[str]:
-    """Creates the session (first window) or a window in it, keeping the pane after its process
-    exits so that status can show how it ended. One tmux command list: nothing can exit between
-    the window's creation and the option being set.
+def tmux_new_window(session: str, window: Window, first: bool, label: str = "") -> list[str]:
+    """Creates the session (first window, labelled with the run's `session_label` in
+    `RUN_OPTION`) or a window in it, keeping the pane after its process exits so that status
+    can show how it ended. One tmux command list: nothing can exit between the window's
+    creation and the options being set.
 
     Raises:
       ValueError: if the command ends with ';', which tmux would read as the end of its own
@@ -116,7 +137,13 @@ def tmux_new_window(session: str, window: Window, first: bool) -> list[str]:
         f"{session}:{window.name}",
         "remain-on-exit",
         "on",
+        *([";", "set-option", "-t", f"{session}:", RUN_OPTION, label] if first and label else []),
     ]
+
+
+def tmux_session_label(session: str) -> list[str]:
+    """Prints the session's `RUN_OPTION` (nothing for a session started without it)."""
+    return ["show-options", "-q", "-v", "-t", f"={session}:", RUN_OPTION]
 
 
 def tmux_has_session(session: str) -> list[str]:

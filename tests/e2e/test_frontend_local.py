@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -145,6 +146,26 @@ def test_local_start_status_stop_of_two_policies(run_name, tmp_path):
     again = run_frontend(*flags)
     assert again.returncode == 1
     assert "exists already: a run of this name is running" in again.stderr
+
+    # A run whose name gives the same tmux session name ('.' for '_') is another run: its
+    # start, status and stop leave this one alone, and say whose the session is.
+    twin_name = run_name.replace("_", ".")
+    twin = [f if f != f"--run_name={run_name}" else f"--run_name={twin_name}" for f in flags]
+    try:
+        session = f"impala_{run_name}_localhost"
+        whose = f"tmux session {session} is run '{run_name}' (on localhost)'s"
+        refused = run_frontend(*twin)
+        assert refused.returncode == 1 and f"localhost: {whose}, whose name" in refused.stderr
+        status = run_frontend(*twin, "--action=status")
+        assert status.returncode == 0 and status.stdout.count(f"another run's  {whose}") == 4
+        refused = run_frontend(*twin, "--action=stop")
+        assert refused.returncode == 1
+        assert f"not stopping tmux session {session}: it is run '{run_name}'" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    finally:
+        shutil.rmtree(os.path.join(ROOT, "runs", twin_name), ignore_errors=True)
+    status = run_frontend(*flags, "--action=status")
+    assert status.stdout.count(" alive ") == 4, status.stdout
 
     stopped = run_frontend(*flags, "--action=stop")
     assert stopped.returncode == 0, stopped.stderr

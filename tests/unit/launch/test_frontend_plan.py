@@ -320,6 +320,12 @@ def test_tmux_window_keeps_its_pane_in_the_same_command_list():
         "remain-on-exit",
         "on",
     ]
+    # The session keeps which run and host it was started for (names may collapse to one).
+    labelled = tmux.tmux_new_window("impala_run", window, first=True, label='["r.n", "h"]')
+    assert labelled[-6:] == [";", "set-option", "-t", "impala_run:", "@impala_run", '["r.n", "h"]']
+    assert tmux.session_name("r.n", "h") == tmux.session_name("r_n", "h")
+    assert tmux.session_label("r.n", "h") != tmux.session_label("r_n", "h")
+    assert tmux.label_names(tmux.session_label("r.n", "h")) == "'r.n' (on h)"
     assert tmux.tmux_new_window("impala_run", window, first=False)[:5] == [
         "new-window",
         "-d",
