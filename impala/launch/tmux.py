@@ -58,9 +58,9 @@ def label_names(label: str) -> str:
     """The run a session's label names, for a message: `'<run>' (on <host>)`."""
     try:
         run_name, host = json.loads(label)
-        return f"{printable(str(run_name))!r} (on {printable(str(host))})"
-    except (ValueError, TypeError):
-        return repr(printable(label))
+        return f"{printable(str(run_name)[:100])!r} (on {printable(str(host)[:100])})"
+    except (ValueError, TypeError, RecursionError):  # a host's answer: anything at all
+        return repr(printable(label[:100]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -970,3 +970,13 @@ def test_synchronous_collection_needs_each_learners_actors_to_fill_its_batch(tmp
     assert _policies_plan(tmp_path, three, synchronous_round=(16, 16))
     with pytest.raises(ValueError, match=r"^--batch_size=32: in synchronous collection a learner"):
         _policies_plan(tmp_path, three, synchronous_round=(32, 16))
+
+
+# A host answers the session's label with anything: deep nesting, a huge name, escapes.
+@pytest.mark.parametrize(
+    "answer",
+    ["[" * 100_000, '["' + "r" * 10**6 + '", "h"]', '{"a": 1}', "x" * 1000, '["a", "\x1b[2J"]'],
+)
+def test_a_sessions_label_from_a_host_is_named_printably_whatever_it_holds(answer):
+    named = tmux.label_names(answer)
+    assert named.isprintable() and len(named) < 250
