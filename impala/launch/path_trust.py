@@ -12,10 +12,11 @@ each use words its refusal its own way. Then:
 - `chain WHAT P STRICT`: P and every folder above it are this user's or root's; none is
   writable by others unless sticky (as /tmp: others cannot rename what is ours there), and the
   first STRICT of them (P, its folder, ...) not writable by others at all. A link is only
-  checked for its owner (its mode means nothing).
+  checked for its owner (its mode means nothing). A part that does not exist is refused: it
+  may be another user's folder renamed away for the moment of the check.
 - `walk WHAT P`: resolves P part by part as the kernel does into `$cur` (a path without links),
   checking every link met (`chain` of the link: another user's link, or one in a folder others
-  can write to, could be pointed elsewhere). Parts that do not exist are kept as they are.
+  can write to, could be pointed elsewhere) and every folder a '..' leaves.
 - `trusted WHAT PATH STRICT`: PATH (absolute, without '.' or '..' parts) resolved by `walk`,
   its real path checked by `chain`, and each of the last STRICT parts of PATH as given,
   resolved, held strict too.
@@ -34,15 +35,18 @@ TRUST_FUNCTIONS = (
     'sticky() { [ -n "$(find "$1" -maxdepth 0 -perm -1000 -print)" ]; } && '
     'exists() { [ -e "$1" ] || [ -L "$1" ]; } && '
     "chain() { p=$2; strict=$3; while :; do "
-    'if exists "$p"; then '
+    'exists "$p" || untrusted "$1" "$p does not exist"; '
     'ours "$p" || untrusted "$1" "$p is another user\'s"; '
     'if [ ! -L "$p" ] && open_to_all "$p"; then '
     '[ "$strict" -gt 0 ] && untrusted "$1" "$p is writable by others"; '
-    'sticky "$p" || untrusted "$1" "$p is writable by others and not sticky"; fi; fi; '
+    'sticky "$p" || untrusted "$1" "$p is writable by others and not sticky"; fi; '
     'strict=$((strict - 1)); [ "$p" = / ] && break; p=${p%/*}; [ -n "$p" ] || p=/; done; } && '
     'walk() { cur=; rest=$2; hops=0; while :; do rest=${rest#/}; [ -n "$rest" ] || break; '
     "case $rest in */*) part=${rest%%/*}; rest=/${rest#*/} ;; *) part=$rest; rest= ;; esac; "
-    "case $part in '' | .) continue ;; ..) cur=${cur%/*}; continue ;; esac; "
+    # A '..' leaves a folder that the path went through: it must be trusted too (another
+    # user's folder there could be made a link, and the '..' lead elsewhere).
+    'case $part in \'\' | .) continue ;; ..) [ -z "$cur" ] || chain "$1" "$cur" 0; '
+    "cur=${cur%/*}; continue ;; esac; "
     'next=$cur/$part; if [ -L "$next" ]; then chain "$1" "$next" 1; '
     'hops=$((hops + 1)); [ "$hops" -le 40 ] || untrusted "$1" "$2 leads through too many links"; '
     # A target may end in a line break, which $(...) would drop: a '.' after it, cut off.
