@@ -214,17 +214,18 @@ def not_plain_absolute(folder: str) -> bool:
 def unsafe_folder(folder: str) -> str | None:
     """Why another user could change what is written in `folder` (absolute), or None. The path
     is resolved part by part as the kernel does (`resolve`): a symlink met on the way that
-    another user owns (they could point it elsewhere), or on its real path or above a link met,
-    a folder owned by someone other than root or this user, or writable by others without the
-    sticky bit. Group-writable folders are the group's trust, left alone; ACLs are not read.
+    another user owns (they could point it elsewhere), or on its real path, above a link met or
+    left by a '..', a folder owned by someone other than root or this user, or writable by
+    others without the sticky bit. Group-writable folders are the group's trust, left alone;
+    ACLs are not read.
 
     Raises:
       OSError: a part missing, or too many links.
     """
     if not os.path.isabs(folder):
         return f"{folder} is not an absolute path"
-    links, real = resolve(folder)  # a '..' as the kernel takes it: after the link before it
-    for path in (*links, real):
+    met, real = resolve(folder)  # a ".." as the kernel takes it: after the link before it
+    for path in (*met, real):
         while True:
             status = os.lstat(path)
             if status.st_uid not in (0, os.getuid()):
@@ -244,14 +245,17 @@ MAX_LINKS = 40
 
 
 def resolve(path: str) -> tuple[list[str], str]:
-    """The symlinks met resolving absolute `path` part by part, as the kernel does (each at a
-    path whose folders are real), and the real path it leads to. Unlike os.path.realpath, it
-    names every link on the way, a link reached through another link included.
+    """What resolving absolute `path` part by part, as the kernel does, goes through: the
+    symlinks met (each at a path whose folders are real) and the real folders a '..' leaves,
+    and the real path it leads to. Unlike os.path.realpath, it names every link on the way, a
+    link reached through another link included: whoever can change any of them can change
+    where the path leads.
 
     Raises:
       OSError: too many links (ELOOP).
     """
-    links: list[str] = []
+    met: list[str] = []
+    links = 0
     real = ""  # the real folders resolved so far; "" is the root
     rest = path.split("/")
     rest.reverse()  # a stack: the next part last
@@ -260,20 +264,23 @@ def resolve(path: str) -> tuple[list[str], str]:
         if part in ("", "."):
             continue
         if part == "..":
+            if real:
+                met.append(real)
             real = real.rsplit("/", 1)[0]
             continue
         step = f"{real}/{part}"
         if not os.path.islink(step):
             real = step
             continue
-        links.append(step)
-        if len(links) > MAX_LINKS:
+        met.append(step)
+        links += 1
+        if links > MAX_LINKS:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
         target = os.readlink(step)
         if target.startswith("/"):
             real = ""
         rest.extend(reversed(target.split("/")))
-    return links, real or "/"
+    return met, real or "/"
 
 
 def nearest_existing(folder: str) -> str:

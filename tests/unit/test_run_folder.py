@@ -257,3 +257,22 @@ def test_a_dot_dot_after_a_link_is_checked_where_the_kernel_takes_it(tmp_path, m
     open_folder.chmod(0o755)
     run_folder.make_checked(given)
     assert (open_folder / "x").is_dir() and not (ours / "runs" / "x").exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can make a folder another user's")
+def test_a_folder_of_another_user_left_by_a_dot_dot_in_a_link_is_refused(tmp_path):
+    # runs -> ../sticky/theirs/../../mine: the real path is ours, but the owner of `theirs`
+    # could make it a link, and the '..' after it would lead wherever they like.
+    mine, sticky = tmp_path / "mine", tmp_path / "sticky"
+    mine.mkdir()
+    (sticky / "theirs").mkdir(parents=True)
+    sticky.chmod(0o1777)
+    os.chown(sticky / "theirs", 65534, 65534)
+    (tmp_path / "runs").symlink_to("sticky/theirs/../../mine")
+    assert run_folder.resolve(str(tmp_path / "runs")) == (
+        [str(tmp_path / "runs"), str(sticky / "theirs"), str(sticky)],
+        str(mine),
+    )
+    assert run_folder.unsafe_folder(str(tmp_path / "runs")) == (
+        f"{sticky / 'theirs'}: a folder owned by another user"
+    )
