@@ -299,9 +299,19 @@ def check_safe(run_dir: str) -> None:
     Raises:
       ValueError: one line, naming the folder and why.
     """
-    # Made absolute without taking '..' lexically (os.path.abspath would): after a link, the
-    # kernel goes up from the link's target, and that is the folder the run uses.
-    folder = nearest_existing(os.path.join(os.getcwd(), run_dir))
+    # The run's processes take a '..' as text (os.path.abspath, TensorFlow's file paths), the
+    # kernel after the link before it: a path where the two differ is refused, not checked as
+    # one folder and written in another.
+    given = os.path.join(os.getcwd(), run_dir)
+    folder = os.path.normpath(given)
+    if ".." in given.split("/"):
+        as_read, as_opened = resolve(folder)[1], resolve(given)[1]
+        if as_read != as_opened:
+            raise ValueError(
+                f"run folder {run_dir}: a '..' after a symlink leads to {as_opened}, not to "
+                f"{as_read} as the path reads (give --logdir without it)"
+            )
+    folder = nearest_existing(folder)
     try:
         why = unsafe_folder(folder)
     except OSError as error:  # a part of it removed or made a dangling link meanwhile

@@ -323,8 +323,7 @@ def main(argv: list[str]) -> int:
             num_actors,
             [
                 *planning.forwarded_flags(given),
-                # Absolute, '..' left for the kernel: the folder run_folder.check_safe checked.
-                f"--logdir={os.path.join(os.getcwd(), FLAGS.logdir)}",
+                f"--logdir={os.path.abspath(FLAGS.logdir)}",
                 f"--experiment={experiment_name}",
             ],
             sys.executable,

@@ -240,23 +240,25 @@ def test_a_link_of_another_user_reached_through_a_link_of_ours_is_refused(tmp_pa
     assert list(mine.iterdir()) == []
 
 
-def test_a_dot_dot_after_a_link_is_checked_where_the_kernel_takes_it(tmp_path, monkeypatch):
-    # --logdir=runs/link/../x: taken lexically it is runs/x, but the kernel goes up from the
-    # link's target, here a folder open to all: the run would use that one, so that one is
-    # checked (and refused).
-    ours, open_folder = tmp_path / "ours", tmp_path / "open"
-    (ours / "runs").mkdir(parents=True)
-    (open_folder / "deep").mkdir(parents=True)
-    open_folder.chmod(0o777)
-    (ours / "runs" / "link").symlink_to(open_folder / "deep")
+def test_a_dot_dot_after_a_link_is_refused_where_text_and_kernel_part(tmp_path, monkeypatch):
+    # --logdir=runs/link/../x: the run's processes read it as runs/x (os.path.abspath,
+    # TensorFlow's paths), the kernel goes up from the link's target: one folder would be
+    # checked and another written. Refused, nothing made; a '..' through plain folders is fine.
+    ours, elsewhere = tmp_path / "ours", tmp_path / "elsewhere"
+    (ours / "runs" / "sub").mkdir(parents=True)
+    (elsewhere / "deep").mkdir(parents=True)
+    (ours / "runs" / "link").symlink_to(elsewhere / "deep")
     monkeypatch.chdir(ours)
-    given = os.path.join("runs", "link", "..", "x")
-    with pytest.raises(ValueError, match=f"{open_folder} is writable by others and not sticky"):
-        run_folder.make_checked(given)
-    assert sorted(p.name for p in open_folder.iterdir()) == ["deep"]
-    open_folder.chmod(0o755)
-    run_folder.make_checked(given)
-    assert (open_folder / "x").is_dir() and not (ours / "runs" / "x").exists()
+    with pytest.raises(
+        ValueError,
+        match=f"^run folder runs/link/../x: a '..' after a symlink leads to {elsewhere}/x, not "
+        f"to {ours}/runs/x as the path reads",
+    ):
+        run_folder.make_checked(os.path.join("runs", "link", "..", "x"))
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["deep"]
+    assert sorted(p.name for p in (ours / "runs").iterdir()) == ["link", "sub"]
+    run_folder.make_checked(os.path.join("runs", "sub", "..", "x"))
+    assert (ours / "runs" / "x").is_dir()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="only root can make a folder another user's")
