@@ -901,10 +901,18 @@ def test_connections_held_idle_past_the_cap_are_closed_and_the_learner_keeps_its
                     set_up += 1
                 else:
                     closed += first == b""
+            # A connection past the cap is shut (the stranger reads its end) a moment before
+            # its socket is released: what the learner holds settles within a second.
+            bound = sockets_before + set_up
+            wait_until(
+                lambda: learner.sockets() <= bound,
+                5,
+                lambda: f"the learner holds {learner.sockets()} sockets, over {bound}",
+            )
             sockets_held = learner.sockets()
         # The actor's connection is one of the cap's.
         assert set_up < cap and closed >= 32 and set_up + closed == len(held), (set_up, closed)
-        assert sockets_held <= sockets_before + set_up, (sockets_before, sockets_held, set_up)
+        assert sockets_held <= bound, (sockets_before, sockets_held, set_up)
         learner.check_counted_and_trained(steps)
     finally:
         for connection in held:
